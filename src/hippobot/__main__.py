@@ -1,0 +1,3 @@
+from hippobot.cli.main import main
+
+main()

@@ -1,0 +1,316 @@
+"""The agent: composition root and the turn pipeline (SPEC 4.1).
+
+A turn is a short pipeline of named steps — lock, refresh, save the user's message, build the
+prompt, run the tool loop, record usage, schedule consolidation — and owns no storage details:
+sessions, memory files, prompts and tools each live behind their own module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hippobot.agent.background import BackgroundJobs
+from hippobot.agent.budget import Budget
+from hippobot.agent.events import EventSink, Notice
+from hippobot.agent.runner import Runner, RunResult
+from hippobot.agent.wire import to_wire
+from hippobot.config import Settings
+from hippobot.context import tokens
+from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_prompt
+from hippobot.context.loader import WorkspaceFiles
+from hippobot.context.runtime import attach_runtime_context, runtime_context_block
+from hippobot.context.skills import SkillsIndex
+from hippobot.errors import UserError
+from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.memory.store import MemoryStore
+from hippobot.messages import Message
+from hippobot.session.keys import validate_key
+from hippobot.session.manager import SessionManager
+from hippobot.session.model import Session
+from hippobot.session.store import JsonlSessionStore
+
+if TYPE_CHECKING:
+    from hippobot.lifecycle.consolidator import Consolidator
+    from hippobot.lifecycle.dream import Dream
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.providers.base import Provider
+    from hippobot.providers.retry import RetryPolicy
+    from hippobot.recall.index import RecallIndex
+    from hippobot.tools.base import ToolRegistry
+
+__all__ = ["Agent", "TurnResult", "split_key"]
+
+log = logging.getLogger(__name__)
+
+
+def split_key(key: str) -> tuple[str, str]:
+    channel, _, chat = key.partition(":")
+    return channel, chat or channel
+
+
+@dataclass(slots=True)
+class TurnResult:
+    reply: str
+    command: bool = False
+    run: RunResult | None = None
+
+
+class Agent:
+    """One workspace, its sessions and memory, and a (lazily created) model."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        provider: Provider | None = None,
+        project: Path | None = None,
+        now: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.workspace = settings.workspace
+        self.project = project.resolve() if project else None
+        self._provider = provider
+        self._now = now or (lambda: datetime.now().astimezone())
+        defaults = settings.defaults
+        self.budget = Budget(
+            context_window=defaults.context_window_tokens,
+            max_tokens=defaults.max_tokens,
+            threshold=defaults.consolidation_threshold,
+            ratio=defaults.consolidation_ratio,
+        )
+        self.sessions = SessionManager(JsonlSessionStore(self.workspace))
+        self.memory = MemoryStore(self.workspace)
+        self.files = WorkspaceFiles(
+            self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
+        )
+        self.skills = SkillsIndex(self.workspace, env=settings.env)
+        self.jobs = BackgroundJobs()
+        self._registries: dict[str, ToolRegistry] = {}
+        self._secrets = settings.secrets()
+        self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
+
+    # --- collaborators created on first use (keeps start-up fast) ---------------------
+
+    @property
+    def provider(self) -> Provider:
+        if self._provider is None:
+            from hippobot.providers.factory import make_provider
+
+            target = self.settings.model_target()
+            self._provider = make_provider(
+                target.kind,
+                api_key=target.api_key,
+                api_base=target.api_base,
+                extra_headers=target.extra_headers,
+                retry=self.retry_policy,
+                name=target.provider,
+            )
+        return self._provider
+
+    @property
+    def model(self) -> str:
+        return self.settings.model_target().model
+
+    @cached_property
+    def recall(self) -> RecallIndex:
+        from hippobot.recall.index import RecallIndex
+
+        return RecallIndex(self.workspace)
+
+    @cached_property
+    def consolidator(self) -> Consolidator:
+        from hippobot.lifecycle.consolidator import Consolidator
+
+        return Consolidator(self)
+
+    @cached_property
+    def git(self) -> GitStore:
+        from hippobot.memory.gitstore import GitStore
+
+        return GitStore(self.workspace)
+
+    @cached_property
+    def dream(self) -> Dream:
+        from hippobot.lifecycle.dream import Dream
+
+        return Dream(self)
+
+    def versioning_state(self) -> str:
+        git = self.git
+        if not git.initialized:
+            return "off (not initialised: run `hippobot onboard`)"
+        if not git.available:
+            return f"off ({git.broken_reason})"
+        return f"on ({len(git.log(limit=1000))} versions)"
+
+    def start_schedulers(self) -> list[asyncio.Task[None]]:
+        """Background loops of a long-running process: Dream schedule, idle compaction."""
+        from hippobot.lifecycle.schedule import start_schedulers
+
+        return start_schedulers(self)
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The model's tools for one session (cached: the schema bytes must stay stable)."""
+        registry = self._registries.get(key)
+        if registry is None:
+            from hippobot.agent.toolset import build_registry
+
+            registry = build_registry(self, key)
+            self._registries[key] = registry
+        return registry
+
+    # --- prompt ------------------------------------------------------------------------
+
+    def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
+        channel, _ = split_key(session.key)
+        recent = self.memory.read_history(
+            after=self.memory.dream_cursor(), session_key=session.key
+        )
+        summary = session.summary.text if session.summary else None
+        inputs = PromptInputs(
+            workspace=self.workspace,
+            project=self.project,
+            bootstrap=self.files.bootstrap(),
+            memory=self.files.memory(),
+            skills=self.skills.skills(),
+            recent_history=recent,
+            archived_summary=summary,
+            tool_names=tuple(tool_names),
+            channel=channel,
+            model=self._model_label(),
+        )
+        return build_system_prompt(inputs)
+
+    def _model_label(self) -> str:
+        try:
+            return self.model
+        except UserError:
+            return self.settings.defaults.model
+
+    def replay(self, session: Session, system: SystemPrompt, tools: list[dict[str, Any]]) -> list[Message]:
+        """The stored messages replayed this turn, capped to what fits the input budget."""
+        max_tokens = 0
+        if self.budget.enabled:
+            fixed = tokens.count_text(system.text) + tokens.count_tools(tools)
+            max_tokens = max(256, self.budget.input - fixed)
+        return session.get_history(
+            max_messages=self.settings.defaults.max_history_messages,
+            max_tokens=max_tokens,
+            count_tokens=tokens.count_message if max_tokens else None,
+        )
+
+    def build_request_messages(self, session: Session) -> tuple[list[dict[str, Any]], ToolRegistry]:
+        """The exact wire messages a turn on ``session`` would send now (also for /context)."""
+        registry = self.tools_for(session.key)
+        system = self.system_prompt(session, registry.names())
+        history = self.replay(session, system, registry.schemas())
+        return [{"role": "system", "content": system.text}, *(to_wire(m) for m in history)], registry
+
+    def user_message(self, key: str, text: str, media: Sequence[str] = ()) -> Message:
+        channel, chat = split_key(key)
+        block = runtime_context_block(self._now(), self.settings.defaults.timezone, channel, chat)
+        content, marker = attach_runtime_context(self.redact(text), block)
+        msg: Message = {"role": "user", "content": content, "_runtime_context": marker}
+        if media:
+            msg["media"] = [str(Path(p).expanduser().resolve()) for p in media]
+        return msg
+
+    def redact(self, text: str) -> str:
+        return redact_secrets(redact_exact(text, self._secrets))
+
+    # --- the turn ----------------------------------------------------------------------
+
+    async def turn(
+        self,
+        key: str,
+        text: str,
+        *,
+        media: Sequence[str] = (),
+        on_event: EventSink | None = None,
+    ) -> TurnResult:
+        validate_key(key)
+        if text.startswith("/") and not media and not text.startswith("//"):
+            from hippobot.agent.commands import CommandRouter
+
+            reply = await CommandRouter(self).dispatch(key, text.strip())
+            if reply is not None:
+                return TurnResult(reply=reply, command=True)
+        self.settings.model_target()  # no model configured: say so before anything is saved
+        if media:
+            from hippobot.context.images import load_image_block
+
+            for path in media:  # fail before anything is saved: a clear error, nothing lost
+                load_image_block(Path(path).expanduser())
+        session = self.sessions.get(key)
+        async with self.sessions.lock(key):
+            await self.sessions.refresh(session)
+            await self._prepare(session, on_event)
+            await self.sessions.append(session, self.user_message(key, text, media))
+            messages, registry = self.build_request_messages(session)
+            runner = Runner(
+                provider=self.provider,
+                model=self.model,
+                tools=registry,
+                max_iterations=self.settings.defaults.max_tool_iterations,
+                max_tokens=self.settings.defaults.max_tokens,
+                temperature=self.settings.defaults.temperature,
+                max_tool_result_chars=self.settings.defaults.max_tool_result_chars,
+            )
+
+            async def persist(msg: Message) -> Message:
+                if isinstance(msg.get("content"), str):
+                    msg["content"] = self.redact(msg["content"])  # type: ignore[typeddict-item]
+                (stored,) = await self.sessions.append(session, msg)
+                return stored
+
+            result = await runner.run(messages, persist, on_event)
+            if result.usage is not None:
+                session.usage = {
+                    "prompt_tokens": result.usage.prompt_tokens,
+                    "completion_tokens": result.usage.completion_tokens,
+                    "cached_tokens": result.usage.cached_tokens,
+                    "messages_at": len(session.messages),
+                    "replay_start": self.consolidator.replay_start(session),
+                }
+            await self.sessions.save_meta(session)
+        if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
+            await asyncio.to_thread(self._commit_memory_edits, key)
+        self._after_turn(session)
+        return TurnResult(reply=result.reply, run=result)
+
+    async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
+        """Consolidate before the call only when the prompt would not fit at all."""
+        if not self.budget.enabled:
+            return
+        if self.consolidator.idle_due(session):
+            await self.consolidator.compact_idle(session)
+        if self.consolidator.estimate(session) >= self.budget.input:
+            if on_event:
+                on_event(Notice("archiving older messages to make room…"))
+            await self.consolidator.consolidate(session)
+
+    def _commit_memory_edits(self, key: str) -> None:
+        """Active memory: an edit the model made to a memory file is versioned at once."""
+        git = self.git
+        if git.initialized and git.available:
+            try:
+                git.commit(f"memory: edited in chat ({key})")
+            except Exception as exc:  # versioning must never break a chat
+                log.warning("could not version the memory edit: %s", exc)
+
+    def _after_turn(self, session: Session) -> None:
+        if self.budget.enabled and self.consolidator.estimate(session) >= self.budget.trigger:
+            self.jobs.schedule(
+                f"consolidate:{session.key}", lambda: self.consolidator.consolidate_locked(session.key)
+            )
+
+    async def aclose(self, timeout: float | None = 120.0) -> None:
+        """Finish background work (consolidation, /new archiving) before the process exits."""
+        await self.jobs.drain(timeout)

@@ -1,0 +1,53 @@
+"""What a turn reports to whoever shows it (terminal, HTTP stream, tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "AgentEvent",
+    "EventSink",
+    "Notice",
+    "ReplyDelta",
+    "ReplyRestart",
+    "ToolFinished",
+    "ToolStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRestart:
+    """The model call was retried after a partial reply: discard what was shown."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    name: str
+    summary: str  # one short line describing the call
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    name: str
+    ok: bool
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should know that is not part of the reply (retry, warning)."""
+
+    text: str
+    level: str = "info"
+
+
+AgentEvent = ReplyDelta | ReplyRestart | ToolStarted | ToolFinished | Notice
+EventSink = Callable[[AgentEvent], None]

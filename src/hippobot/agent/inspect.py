@@ -1,0 +1,184 @@
+"""Read-only views of what the agent sees: ``/status``, ``/context``, ``hippobot context``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hippobot.context import tokens
+
+if TYPE_CHECKING:
+    from hippobot.agent.agent import Agent
+
+__all__ = ["ContextReport", "StatusReport", "context_report", "status_report"]
+
+
+@dataclass(slots=True)
+class SectionSize:
+    name: str
+    tokens: int
+    share: float  # of the input budget (0 when the budget is off)
+
+
+@dataclass(slots=True)
+class ContextReport:
+    session: str
+    model: str
+    context_window: int
+    input_budget: int
+    sections: list[SectionSize]
+    system_tokens: int
+    tool_schema_tokens: int
+    tools: list[str]
+    history_messages: int
+    history_tokens: int
+    total_tokens: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self, *, full: bool = False) -> str:
+        data = asdict(self)
+        if not full:
+            data.pop("messages")
+        return json.dumps(data, ensure_ascii=False, indent=2)
+
+    def to_text(self, *, full: bool = False) -> str:
+        budget = self.input_budget
+        lines = [
+            f"Context for session {self.session} (model {self.model or '-'})",
+            f"{'section':<20} {'tokens':>8} {'budget':>8}",
+        ]
+        for s in self.sections:
+            lines.append(f"{s.name:<20} {s.tokens:>8} {_pct(s.tokens, budget):>8}")
+        lines += [
+            f"{'tool schemas':<20} {self.tool_schema_tokens:>8} {_pct(self.tool_schema_tokens, budget):>8}"
+            f"   ({len(self.tools)} tools: {', '.join(self.tools)})",
+            f"{'history replay':<20} {self.history_tokens:>8} {_pct(self.history_tokens, budget):>8}"
+            f"   ({self.history_messages} messages)",
+            f"{'total':<20} {self.total_tokens:>8} {_pct(self.total_tokens, budget):>8}",
+            f"input budget {budget} tokens = context window {self.context_window} − reply "
+            "reserve − safety margin" if budget else "token budget: off (contextWindowTokens is 0)",
+        ]
+        if full:
+            lines.append("")
+            lines.append("Messages that would be sent:")
+            for m in self.messages:
+                lines.append(f"--- {m.get('role')} ---")
+                content = m.get("content")
+                lines.append(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+                if m.get("tool_calls"):
+                    lines.append(json.dumps(m["tool_calls"], ensure_ascii=False))
+        return "\n".join(lines)
+
+
+def _pct(n: int, budget: int) -> str:
+    return f"{100 * n / budget:.1f}%" if budget else "-"
+
+
+def context_report(agent: Agent, key: str) -> ContextReport:
+    session = agent.sessions.get(key)
+    registry = agent.tools_for(key)
+    system = agent.system_prompt(session, registry.names())
+    schemas = registry.schemas()
+    history = agent.replay(session, system, schemas)
+    from hippobot.agent.wire import to_wire
+
+    wire = [to_wire(m) for m in history]
+    budget = agent.budget.input
+    sections = [
+        SectionSize(s.name, tokens.count_text(s.text), (tokens.count_text(s.text) / budget) if budget else 0.0)
+        for s in system.sections
+    ]
+    system_tokens = tokens.count_text(system.text)
+    schema_tokens = tokens.count_tools(schemas)
+    history_tokens = tokens.count_messages(history)
+    try:
+        model = agent.model
+    except Exception:
+        model = agent.settings.defaults.model
+    return ContextReport(
+        session=key,
+        model=model,
+        context_window=agent.budget.context_window,
+        input_budget=budget,
+        sections=sections,
+        system_tokens=system_tokens,
+        tool_schema_tokens=schema_tokens,
+        tools=list(registry.names()),
+        history_messages=len(history),
+        history_tokens=history_tokens,
+        total_tokens=system_tokens + schema_tokens + history_tokens,
+        messages=[{"role": "system", "content": system.text}, *wire],
+    )
+
+
+@dataclass(slots=True)
+class StatusReport:
+    workspace: str
+    model: str
+    provider: str
+    session: str
+    messages: int
+    unconsolidated: int
+    estimate_tokens: int
+    input_budget: int
+    context_window: int
+    last_usage: dict[str, int] | None
+    history_entries_pending: int
+    dream_cursor: int
+    last_cursor: int
+    versioning: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, indent=2)
+
+    def to_text(self) -> str:
+        usage = self.last_usage or {}
+        cached = usage.get("cached_tokens", 0)
+        prompt = usage.get("prompt_tokens", 0)
+        lines = [
+            f"Model:      {self.model or '(not configured)'}"
+            + (f" via {self.provider}" if self.provider else ""),
+            f"Workspace:  {self.workspace}",
+            f"Session:    {self.session} — {self.messages} messages, {self.unconsolidated} not yet archived",
+            f"Context:    ~{self.estimate_tokens} tokens of {self.input_budget} budget"
+            + (f" ({100 * self.estimate_tokens / self.input_budget:.0f}%)" if self.input_budget else "")
+            + f", window {self.context_window}",
+        ]
+        if prompt:
+            lines.append(
+                f"Last call:  {prompt} prompt tokens ({cached} cached), "
+                f"{usage.get('completion_tokens', 0)} completion"
+            )
+        lines.append(
+            f"Memory:     {self.history_entries_pending} history entries waiting for Dream "
+            f"(cursor {self.dream_cursor}/{self.last_cursor})"
+        )
+        lines.append(f"Versions:   {self.versioning}")
+        return "\n".join(lines)
+
+
+def status_report(agent: Agent, key: str) -> StatusReport:
+    session = agent.sessions.get(key)
+    try:
+        target = agent.settings.model_target()
+        model, provider = target.model, target.provider
+    except Exception:
+        model, provider = agent.settings.defaults.model, ""
+    start = agent.consolidator.replay_start(session)
+    return StatusReport(
+        workspace=str(agent.workspace),
+        model=model,
+        provider=provider,
+        session=key,
+        messages=len(session.messages),
+        unconsolidated=max(0, len(session.messages) - start),
+        estimate_tokens=agent.consolidator.estimate(session),
+        input_budget=agent.budget.input,
+        context_window=agent.budget.context_window,
+        last_usage=session.usage,
+        history_entries_pending=agent.memory.pending_count(),
+        dream_cursor=agent.memory.dream_cursor(),
+        last_cursor=agent.memory.last_cursor(),
+        versioning=agent.versioning_state(),
+    )

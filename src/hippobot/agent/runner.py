@@ -1,0 +1,184 @@
+"""The tool loop: model ↔ tools until a final answer or the iteration cap.
+
+The runner owns no storage: every message it produces goes through ``persist`` *before* it is
+sent back to the model, so what is on disk is exactly what the model saw (this is what keeps
+the next request a byte-identical extension of this one, and what makes a crash mid-turn
+leave a replayable session).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hippobot.agent.events import (
+    EventSink,
+    Notice,
+    ReplyDelta,
+    ReplyRestart,
+    ToolFinished,
+    ToolStarted,
+)
+from hippobot.messages import Message, wire_message
+from hippobot.providers.base import (
+    ChatRequest,
+    Provider,
+    Restart,
+    StreamEvent,
+    TextDelta,
+    Usage,
+    collect,
+)
+
+if TYPE_CHECKING:
+    from hippobot.tools.base import ToolRegistry
+
+__all__ = ["RunResult", "Runner", "truncate_tool_result"]
+
+Persist = Callable[[Message], Awaitable[Message]]
+
+_ITERATION_NOTE = (
+    "I stopped after {n} tool steps without finishing (the limit is "
+    "agents.defaults.maxToolIterations). Tell me to continue, or narrow the task."
+)
+_EMPTY_NOTE = "I completed the tool steps but could not produce a final answer. Please try again."
+
+
+def truncate_tool_result(text: str, limit: int) -> tuple[str, int | None]:
+    """Keep the head and tail of an over-long tool result with a marker in between."""
+    if len(text) <= limit:
+        return text, None
+    head = int(limit * 0.7)
+    tail = limit - head
+    omitted = len(text) - head - tail
+    marker = f"\n[... {omitted} characters omitted: the full output was {len(text)} characters ...]\n"
+    return text[:head] + marker + text[-tail:], len(text)
+
+
+def _call_summary(name: str, arguments: str, limit: int = 80) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return f"{name}(<invalid JSON arguments>)"
+    if isinstance(args, dict):
+        parts = []
+        for k, v in args.items():
+            s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+            s = s.replace("\n", "⏎")
+            parts.append(f"{k}={s[:40]}{'…' if len(s) > 40 else ''}")
+        text = f"{name}({', '.join(parts)})"
+    else:
+        text = f"{name}(…)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(slots=True)
+class RunResult:
+    reply: str
+    iterations: int
+    usage: Usage | None = None
+    tool_calls: int = 0
+    requests: int = 0
+    total_prompt_tokens: int = 0
+    stopped: str | None = None  # "max_iterations" when the cap was hit
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Runner:
+    provider: Provider
+    model: str
+    tools: ToolRegistry | None
+    max_iterations: int = 40
+    max_tokens: int = 4096
+    temperature: float | None = None
+    max_tool_result_chars: int = 16_000
+
+    async def run(
+        self,
+        messages: list[dict[str, Any]],
+        persist: Persist,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Run the loop on ``messages`` (wire format, system first); returns the final reply.
+
+        ``messages`` is extended in place with every assistant/tool message, so the caller can
+        inspect the exact final request. Provider errors propagate after whatever was already
+        persisted stays persisted.
+        """
+        emit = on_event or (lambda _e: None)
+        schemas = self.tools.schemas() if self.tools is not None else []
+        result = RunResult(reply="", iterations=0)
+        for iteration in range(1, self.max_iterations + 1):
+            result.iterations = iteration
+            request = ChatRequest(
+                model=self.model,
+                messages=messages,
+                tools=schemas,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+            )
+            response = await collect(self.provider.stream(request), _forward(emit))
+            result.requests += 1
+            if response.usage is not None:
+                result.usage = response.usage
+                result.total_prompt_tokens += response.usage.prompt_tokens
+            if not response.tool_calls:
+                reply = response.text
+                if not reply.strip() and result.tool_calls:
+                    reply = _EMPTY_NOTE
+                stored = await persist({"role": "assistant", "content": reply})
+                messages.append(wire_message(stored))
+                result.messages.append(stored)
+                result.reply = reply
+                return result
+            assistant: Message = {
+                "role": "assistant",
+                "content": response.text or None,
+                "tool_calls": response.tool_calls,
+            }
+            stored = await persist(assistant)
+            messages.append(wire_message(stored))
+            result.messages.append(stored)
+            for call in response.tool_calls:
+                result.tool_calls += 1
+                stored_result = await self._run_tool(call, persist, emit)
+                messages.append(wire_message(stored_result))
+                result.messages.append(stored_result)
+        note = _ITERATION_NOTE.format(n=self.max_iterations)
+        emit(Notice(note, level="warning"))
+        stored = await persist({"role": "assistant", "content": note})
+        messages.append(wire_message(stored))
+        result.messages.append(stored)
+        result.reply = note
+        result.stopped = "max_iterations"
+        return result
+
+    async def _run_tool(self, call: dict[str, Any], persist: Persist, emit: EventSink) -> Message:
+        name = call["function"]["name"]
+        arguments = call["function"]["arguments"]
+        summary = _call_summary(name, arguments)
+        emit(ToolStarted(name, summary))
+        if self.tools is None:
+            text, ok = f"Error: no tools are available; {name!r} cannot be called.", False
+        else:
+            outcome = await self.tools.execute(name, arguments)
+            text, ok = outcome.text, not outcome.is_error
+        text, original = truncate_tool_result(text, self.max_tool_result_chars)
+        emit(ToolFinished(name, ok, summary))
+        msg: Message = {"role": "tool", "tool_call_id": call["id"], "name": name, "content": text}
+        if original is not None:
+            msg["_truncated"] = original
+        return await persist(msg)
+
+
+def _forward(emit: EventSink) -> Callable[[StreamEvent], None]:
+    def on_event(ev: StreamEvent) -> None:
+        if isinstance(ev, TextDelta):
+            emit(ReplyDelta(ev.text))
+        elif isinstance(ev, Restart):
+            emit(ReplyRestart(ev.error))
+
+    return on_event

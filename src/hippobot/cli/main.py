@@ -1,0 +1,208 @@
+"""The ``hippobot`` command line (SPEC 4.5).
+
+Heavy modules (provider SDKs, the agent, the HTTP server) are imported inside the commands
+that need them, so ``hippobot --help`` and read-only commands start fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hippobot import __version__
+from hippobot.errors import HippobotError
+
+if TYPE_CHECKING:
+    from hippobot.agent.agent import Agent
+    from hippobot.config import Settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="hippobot",
+    help="A personal AI agent whose memory you can read, search, correct and undo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+sessions_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
+memory_app = typer.Typer(help="Inspect, search and restore memory.", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(memory_app, name="memory")
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option("--workspace", "-w", help="Workspace directory (default: ~/.hippobot/workspace)."),
+]
+SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key channel:chat.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _settings(workspace: Path | None = None, **flags: str | None) -> Settings:
+    from hippobot.config import load_settings
+
+    return load_settings(workspace=workspace, **flags)
+
+
+def _agent(settings: Settings, project: Path | None = None) -> Agent:
+    from hippobot.agent.agent import Agent
+
+    if project is not None and not project.is_dir():
+        raise HippobotError(f"project directory {project} does not exist")
+    return Agent(settings, project=project)
+
+
+def _print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"hippobot {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show debug logs.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="hippobot: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("httpx", "httpcore", "openai", "anthropic", "dulwich"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+# --- setup and chat -------------------------------------------------------------------
+
+
+@app.command()
+def onboard(workspace: WorkspaceOpt = None) -> None:
+    """Create ~/.hippobot with a commented config.json and the workspace templates."""
+    from hippobot.cli.onboard import onboard as do_onboard
+
+    settings = _settings(workspace)
+    result = do_onboard(settings)
+    for path in result.created:
+        sys.stdout.write(f"created  {path}\n")
+    for path in result.kept:
+        sys.stdout.write(f"kept     {path}\n")
+    sys.stdout.write(f"{result.versioning}\n")
+    if not settings.model_configured():
+        sys.stdout.write(
+            f"\nNext: put your provider in {settings.config_path} (or set HIPPOBOT_MODEL and "
+            "HIPPOBOT_API_KEY), then run `hippobot agent`.\n"
+        )
+
+
+@app.command()
+def agent(
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message, print the reply, exit.")] = None,
+    session: SessionOpt = "cli:direct",
+    workspace: WorkspaceOpt = None,
+    project: Annotated[Path | None, typer.Option("--project", help="Work in this project directory (its AGENTS.md/SOUL.md/USER.md apply).")] = None,
+    image: Annotated[list[Path] | None, typer.Option("--image", help="Attach an image (repeatable).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model name for this run.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Provider entry to use.")] = None,
+) -> None:
+    """Chat with the agent (interactive), or send one message with -m."""
+    from hippobot.cli.chat import interactive, one_shot, piped
+    from hippobot.cli.onboard import ensure_workspace
+
+    settings = _settings(workspace, model=model, provider=provider)
+    settings.model_target()  # fail fast, before anything is written
+    ensure_workspace(settings.workspace)
+    bot = _agent(settings, project)
+    media = [str(p) for p in image or []]
+    if message is not None:
+        code = asyncio.run(one_shot(bot, session, message, media))
+    elif media:
+        raise HippobotError("--image needs a message: use -m \"...\" --image PATH")
+    elif sys.stdin.isatty():
+        code = asyncio.run(interactive(bot, session))
+    else:
+        code = asyncio.run(piped(bot, session, sys.stdin))
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(session: SessionOpt = "cli:direct", workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """Model, session, tokens used vs budget, pending memory."""
+    from hippobot.agent.inspect import status_report
+
+    report = status_report(_agent(_settings(workspace)), session)
+    sys.stdout.write((report.to_json() if json_out else report.to_text()) + "\n")
+
+
+@app.command()
+def context(
+    session: SessionOpt = "cli:direct",
+    workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
+    full: Annotated[bool, typer.Option("--full", help="Print the exact messages that would be sent.")] = False,
+    project: Annotated[Path | None, typer.Option("--project", help="Project directory.")] = None,
+) -> None:
+    """What the model sees: each prompt section with its token count."""
+    from hippobot.agent.inspect import context_report
+
+    report = context_report(_agent(_settings(workspace), project), session)
+    sys.stdout.write((report.to_json(full=full) if json_out else report.to_text(full=full)) + "\n")
+
+
+@app.command()
+def dream(
+    workspace: WorkspaceOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+) -> None:
+    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now."""
+    settings = _settings(workspace)
+    bot = _agent(settings)
+
+    async def run() -> str:
+        result = await bot.dream.run(dry_run=dry_run)
+        return result.describe()
+
+    sys.stdout.write(asyncio.run(run()) + "\n")
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions)."""
+    from hippobot.server.run import run_server
+
+    settings = _settings(workspace)
+    settings.model_target()
+    run_server(settings, host=host, port=port)
+
+
+from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402  (registers commands)
+from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
+
+__all__ += ["_memory_cmds", "_sessions_cmds"]
+
+
+def main() -> None:
+    try:
+        app()
+    except HippobotError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2 if exc.__class__.__name__ == "ConfigError" else 1)
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted\n")
+        sys.exit(130)

@@ -1,0 +1,109 @@
+"""``hippobot memory show|history|search|reindex|log|restore``."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _agent, _print_json, _settings, memory_app
+
+__all__: list[str] = []
+
+
+@memory_app.command("show")
+def show(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """Print SOUL.md, USER.md and memory/MEMORY.md."""
+    from hippobot.memory.store import MemoryStore
+
+    store = MemoryStore(_settings(workspace).workspace)
+    files = {"SOUL.md": store.read_soul(), "USER.md": store.read_user(), "memory/MEMORY.md": store.read_memory()}
+    if json_out:
+        _print_json(files)
+        return
+    for name, text in files.items():
+        sys.stdout.write(f"==> {name} <==\n{text.rstrip() or '(empty)'}\n\n")
+
+
+@memory_app.command("history")
+def history(
+    workspace: WorkspaceOpt = None,
+    pending: Annotated[bool, typer.Option("--pending", help="Only entries Dream has not processed.")] = False,
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session's entries.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """The archive of summarised conversation (memory/history.jsonl)."""
+    from hippobot.memory.store import MemoryStore
+
+    store = MemoryStore(_settings(workspace).workspace)
+    after = store.dream_cursor() if pending else 0
+    entries = store.read_history(after=after, session_key=session, limit=limit or None)
+    if json_out:
+        _print_json([{**asdict(e), "pending": e.cursor > store.dream_cursor()} for e in entries])
+        return
+    if not entries:
+        sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")
+        return
+    dream_cursor = store.dream_cursor()
+    for e in entries:
+        mark = "*" if e.cursor > dream_cursor else " "
+        src = f" {e.source.session}#{e.source.start}-{e.source.end - 1}" if e.source else ""
+        sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({e.session_key or '-'}{src})\n")
+        for line in e.content.splitlines():
+            sys.stdout.write(f"    {line}\n")
+    sys.stdout.write("(* = waiting for Dream)\n")
+
+
+@memory_app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
+    workspace: WorkspaceOpt = None,
+    k: Annotated[int, typer.Option("--k", help="Number of results.")] = 8,
+    json_out: JsonOpt = False,
+) -> None:
+    """Full-text search over history, every session and the memory files."""
+    from hippobot.recall.index import RecallIndex
+    from hippobot.recall.tools import format_hits, hits_to_json
+
+    index = RecallIndex(_settings(workspace).workspace)
+    index.sync()
+    hits = index.search(query, k=k)
+    if json_out:
+        _print_json(hits_to_json(hits))
+        return
+    sys.stdout.write((format_hits(hits) if hits else "No matches.") + "\n")
+
+
+@memory_app.command("reindex")
+def reindex(workspace: WorkspaceOpt = None) -> None:
+    """Rebuild the search index from the files (it is derived state)."""
+    from hippobot.recall.index import RecallIndex
+
+    stats = RecallIndex(_settings(workspace).workspace).rebuild()
+    sys.stdout.write(f"reindexed: {stats}\n")
+
+
+@memory_app.command("log")
+def log(
+    sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Show a memory version as a diff (the latest Dream change by default)."""
+    from hippobot.lifecycle.versions import describe_log
+
+    sys.stdout.write(describe_log(_agent(_settings(workspace)), sha) + "\n")
+
+
+@memory_app.command("restore")
+def restore(
+    sha: Annotated[str | None, typer.Argument(help="Commit (prefix) to undo; omit to list versions.")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Undo exactly one memory change as a new commit, keeping later edits."""
+    from hippobot.lifecycle.versions import describe_restore, list_versions
+
+    bot = _agent(_settings(workspace))
+    sys.stdout.write((describe_restore(bot, sha) if sha else list_versions(bot)) + "\n")

@@ -1,0 +1,109 @@
+"""``hippobot sessions list|show|delete``: conversations as a person reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import typer
+
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, sessions_app
+from hippobot.errors import UserError
+from hippobot.messages import Message, public_text
+
+__all__ = ["public_messages"]
+
+
+def _store(workspace):
+    from hippobot.session.manager import SessionManager
+    from hippobot.session.store import JsonlSessionStore
+
+    return SessionManager(JsonlSessionStore(_settings(workspace).workspace))
+
+
+def public_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages with runtime context stripped and bookkeeping removed (for people)."""
+    out = []
+    for index, m in enumerate(messages):
+        item: dict[str, Any] = {"index": index, "role": m.get("role"), "text": public_text(m)}
+        if m.get("timestamp"):
+            item["timestamp"] = m["timestamp"]
+        if m.get("tool_calls"):
+            item["tool_calls"] = [
+                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in m["tool_calls"]
+            ]
+        if m.get("name"):
+            item["name"] = m["name"]
+        if m.get("media"):
+            item["media"] = list(m["media"])
+        if m.get("_command"):
+            item["command"] = True
+        out.append(item)
+    return out
+
+
+@sessions_app.command("list")
+def list_sessions(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """List conversations, newest first."""
+    infos = sorted(_store(workspace).list(), key=lambda i: i.updated_at or "", reverse=True)
+    if json_out:
+        _print_json([{**asdict(i), "path": str(i.path)} for i in infos])
+        return
+    if not infos:
+        sys.stdout.write("No sessions yet. Start one with `hippobot agent`.\n")
+        return
+    for i in infos:
+        when = (i.updated_at or "")[:16].replace("T", " ")
+        sys.stdout.write(f"{i.key:<28} {i.message_count:>6} msgs  {when:<16}  {i.preview}\n")
+
+
+@sessions_app.command("show")
+def show_session(
+    key: Annotated[str, typer.Argument(help="Session key, e.g. cli:direct.")],
+    workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
+    last: Annotated[int, typer.Option("--last", help="Only the last N messages (0 = all).")] = 0,
+) -> None:
+    """Show a conversation (runtime metadata stripped)."""
+    manager = _store(workspace)
+    session = manager.store.load(key)
+    if session is None:
+        raise UserError(f"no session {key!r}: see `hippobot sessions list`")
+    items = public_messages(session.messages)
+    if last > 0:
+        items = items[-last:]
+    if json_out:
+        _print_json({
+            "key": session.key, "created_at": session.created_at, "updated_at": session.updated_at,
+            "last_consolidated": session.last_consolidated, "messages": items,
+        })
+        return
+    for item in items:
+        role = str(item["role"])
+        if item.get("tool_calls"):
+            for call in item["tool_calls"]:
+                sys.stdout.write(f"[{item['index']}] {role}: → {call['name']}({call['arguments'][:120]})\n")
+            if not item["text"]:
+                continue
+        text = item["text"] if role != "tool" else item["text"][:500]
+        sys.stdout.write(f"[{item['index']}] {role}: {text}\n")
+
+
+@sessions_app.command("delete")
+def delete_session(
+    key: Annotated[str, typer.Argument(help="Session key to delete.")],
+    workspace: WorkspaceOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a conversation file (history entries already archived stay)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")
+        typer.confirm(f"Delete session {key}?", abort=True)
+    deleted = asyncio.run(_store(workspace).delete(key))
+    if not deleted:
+        raise UserError(f"no session {key!r}: see `hippobot sessions list`")
+    sys.stdout.write(f"deleted {key}\n")

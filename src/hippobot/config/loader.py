@@ -1,0 +1,298 @@
+"""Load settings once, at the edge: defaults < config file < environment < flags (SPEC 2).
+
+Core code receives a :class:`Settings` object and never reads ``os.environ`` itself.
+``config.json`` may carry ``//`` line comments (the starter file written by ``onboard`` is
+commented); everything else is strict JSON, and a mistake is reported as one line naming the
+file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from hippobot.config.schema import Config, ProviderConfig
+from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
+
+__all__ = [
+    "KNOWN_ENDPOINTS",
+    "ModelTarget",
+    "Settings",
+    "load_config",
+    "load_settings",
+    "strip_json_comments",
+]
+
+log = logging.getLogger(__name__)
+
+# Default base URLs by provider name: vendors differ by data, not by code.
+KNOWN_ENDPOINTS: dict[str, str | None] = {
+    "openai": None,  # the SDK's default
+    "anthropic": None,
+    "openrouter": "https://openrouter.ai/api/v1",
+    "deepseek": "https://api.deepseek.com/v1",
+    "ollama": "http://localhost:11434/v1",
+    "vllm": "http://localhost:8000/v1",
+    "llamacpp": "http://localhost:8080/v1",
+}
+_LOCAL_PROVIDERS = {"ollama", "vllm", "llamacpp"}
+_LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?(/|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTarget:
+    """Which endpoint and model a command talks to."""
+
+    kind: Literal["openai", "anthropic"]
+    provider: str
+    model: str
+    api_key: str
+    api_base: str | None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Settings:
+    home: Path
+    workspace: Path
+    config: Config
+    config_path: Path
+    env: Mapping[str, str]
+    flags: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def defaults(self):
+        return self.config.agents.defaults
+
+    def secrets(self) -> list[str]:
+        """Every configured API key, so writers can redact them from memory and logs."""
+        keys = [p.api_key for p in self.config.providers.values() if p.api_key]
+        for name in ("HIPPOBOT_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HIPPOBOT_SERVE_KEY"):
+            if self.env.get(name):
+                keys.append(self.env[name])
+        if self.config.serve.api_key:
+            keys.append(self.config.serve.api_key)
+        return [k for k in keys if len(k) >= 8]
+
+    def model_configured(self) -> bool:
+        try:
+            self.model_target()
+        except UserError:
+            return False
+        return True
+
+    def model_target(self, *, model: str | None = None) -> ModelTarget:
+        """Resolve the endpoint; raises :class:`NoModelConfiguredError` when there is none."""
+        return _resolve_target(self, model_override=model)
+
+
+# --- config file ------------------------------------------------------------------
+
+
+def strip_json_comments(text: str) -> str:
+    """Remove ``//`` comments outside strings, keeping line numbers intact."""
+    out: list[str] = []
+    in_str = esc = False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif c == "/" and i + 1 < n and text[i + 1] == "/":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
+    """Best-effort line number of the last string key in a pydantic error location."""
+    for part in reversed(loc):
+        if isinstance(part, str):
+            m = re.search(rf'"{re.escape(part)}"\s*:', text)
+            if m:
+                return text.count("\n", 0, m.start()) + 1
+    return None
+
+
+def _unknown_keys(model: BaseModel, prefix: str = "") -> list[str]:
+    found: list[str] = []
+    for key in model.model_extra or {}:
+        found.append(f"{prefix}{key}")
+    for name, value in model:
+        alias = type(model).model_fields[name].alias or name
+        if isinstance(value, BaseModel):
+            found += _unknown_keys(value, f"{prefix}{alias}.")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, BaseModel):
+                    found += _unknown_keys(v, f"{prefix}{alias}.{k}.")
+    return found
+
+
+def load_config(path: Path) -> tuple[Config, list[str]]:
+    """Parse ``config.json``; returns the config and warnings about unknown keys."""
+    if not path.exists():
+        return Config(), []
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the config file ({exc})", path=str(path)) from exc
+    text = strip_json_comments(raw)
+    if not text.strip():
+        return Config(), []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"invalid JSON: {exc.msg} (column {exc.colno}); fix the file or delete it and run "
+            "`hippobot onboard`",
+            path=str(path),
+            line=exc.lineno,
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a JSON object", path=str(path), line=1)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(
+            f"key {key}: {err['msg']}", path=str(path), line=_line_of_key(text, err["loc"])
+        ) from exc
+    warnings = [
+        f"{path}: unknown key {k!r} ignored (check its spelling)" for k in _unknown_keys(config)
+    ]
+    return config, warnings
+
+
+# --- settings -----------------------------------------------------------------------
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    *,
+    workspace: str | Path | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+) -> Settings:
+    """Resolve home, workspace and config with the SPEC 2 precedence."""
+    env = dict(os.environ if env is None else env)
+    home = Path(env.get("HIPPOBOT_HOME") or Path.home() / ".hippobot").expanduser()
+    config_path = home / "config.json"
+    config, warnings = load_config(config_path)
+    for w in warnings:
+        log.warning(w)
+
+    ws = (
+        workspace
+        or env.get("HIPPOBOT_WORKSPACE")
+        or config.agents.defaults.workspace
+        or home / "workspace"
+    )
+    ws_path = Path(ws).expanduser()
+    if ws_path.exists() and not ws_path.is_dir():
+        raise UserError(f"workspace {ws_path} is not a directory: pass --workspace DIR")
+    flags = {k: v for k, v in {"model": model, "provider": provider}.items() if v}
+    return Settings(
+        home=home,
+        workspace=ws_path.resolve(),
+        config=config,
+        config_path=config_path,
+        env=env,
+        flags=flags,
+        warnings=warnings,
+    )
+
+
+def _infer_provider(settings: Settings, model: str) -> str | None:
+    env, providers = settings.env, settings.config.providers
+    if settings.flags.get("provider"):
+        return settings.flags["provider"]
+    if env.get("HIPPOBOT_PROVIDER"):
+        return env["HIPPOBOT_PROVIDER"]
+    if settings.config.agents.defaults.provider:
+        return settings.config.agents.defaults.provider
+    looks_claude = model.startswith(("claude", "anthropic/"))
+    if looks_claude and not model.startswith("anthropic/") and (
+        env.get("ANTHROPIC_API_KEY") or "anthropic" in providers
+    ):
+        return "anthropic"
+    configured = [n for n, p in providers.items() if p.api_key or p.api_base]
+    if len(configured) == 1:
+        return configured[0]
+    if configured:
+        # Several configured: prefer one whose name prefixes the model ("deepseek-chat").
+        for name in configured:
+            if model.startswith(name):
+                return name
+        return configured[0]
+    if env.get("HIPPOBOT_API_BASE") or env.get("HIPPOBOT_API_KEY"):
+        return "openai"
+    if env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL"):
+        return "openai"
+    if env.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    return None
+
+
+def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelTarget:
+    env = settings.env
+    model = (
+        model_override
+        or settings.flags.get("model")
+        or env.get("HIPPOBOT_MODEL")
+        or settings.config.agents.defaults.model
+    )
+    name = _infer_provider(settings, model or "")
+    if not model or not name:
+        raise NoModelConfiguredError()
+    kind: Literal["openai", "anthropic"] = "anthropic" if name == "anthropic" else "openai"
+    pconf = settings.config.providers.get(name, ProviderConfig())
+    api_base = env.get("HIPPOBOT_API_BASE") or (
+        env.get("OPENAI_BASE_URL") if name == "openai" else None
+    ) or pconf.api_base or KNOWN_ENDPOINTS.get(name)
+    if name not in KNOWN_ENDPOINTS and not api_base:
+        raise UserError(
+            f"provider {name!r} has no apiBase: set providers.{name}.apiBase in "
+            f"{settings.config_path} or HIPPOBOT_API_BASE"
+        )
+    vendor_key_var = "ANTHROPIC_API_KEY" if kind == "anthropic" else "OPENAI_API_KEY"
+    api_key = env.get("HIPPOBOT_API_KEY") or pconf.api_key or env.get(vendor_key_var)
+    if not api_key:
+        if name in _LOCAL_PROVIDERS or (api_base and _LOCAL_HOST.match(api_base)):
+            api_key = "not-needed"  # local servers ignore the key but the SDKs require one
+        else:
+            raise UserError(
+                f"no API key for provider {name!r}: set HIPPOBOT_API_KEY (or {vendor_key_var}) "
+                f"or providers.{name}.apiKey in {settings.config_path}"
+            )
+    return ModelTarget(
+        kind=kind,
+        provider=name,
+        model=model,
+        api_key=api_key,
+        api_base=api_base,
+        extra_headers=dict(pconf.extra_headers),
+    )

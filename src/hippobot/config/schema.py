@@ -1,0 +1,124 @@
+"""The ``config.json`` schema: nanobot's shape and camelCase keys (SPEC 2).
+
+Field names are snake_case in Python and camelCase in the file; both spellings are accepted
+on input. Every field is documented because ``hippobot onboard`` writes a commented starter
+file from the same knowledge.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "AgentDefaults",
+    "AgentsConfig",
+    "Config",
+    "DreamConfig",
+    "ExecConfig",
+    "ProviderConfig",
+    "ServeConfig",
+    "ToolsConfig",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class DreamConfig(_Model):
+    enabled: bool = True
+    """Run Dream on a schedule while a long-running hippobot process is up."""
+    interval_h: float = Field(2.0, gt=0)
+    """Hours between scheduled Dream runs (ignored when ``cron`` is set)."""
+    cron: str | None = None
+    """A cron expression (in ``timezone``) that replaces ``intervalH``."""
+    model_override: str | None = Field(
+        None, validation_alias=AliasChoices("modelOverride", "model_override", "model")
+    )
+    """Model to use for Dream runs instead of the agent's model."""
+    max_iterations: int = Field(12, ge=1)
+    """Tool-call iterations a Dream edit phase may use before it is stopped."""
+    max_tokens_per_run: int = Field(200_000, ge=1000)
+    """Prompt + completion tokens a whole Dream run may spend before it is stopped."""
+    batch_size: int = Field(20, ge=1)
+    """History entries per Dream batch (batches repeat until nothing is pending)."""
+
+
+class AgentDefaults(_Model):
+    model: str = ""
+    """Model name as the endpoint knows it, e.g. ``gpt-4o-mini`` or ``claude-sonnet-4-5``."""
+    provider: str | None = None
+    """Name of the entry under ``providers`` to use (inferred when omitted)."""
+    workspace: str | None = None
+    """Workspace directory (default ``<home>/workspace``)."""
+    max_tokens: int = Field(8192, ge=1)
+    """Tokens reserved for each reply."""
+    context_window_tokens: int = Field(128_000, ge=0)
+    """The model's context window; 0 disables token-based consolidation."""
+    temperature: float | None = None
+    max_tool_iterations: int = Field(40, ge=1)
+    """Model↔tool round trips per turn before the agent stops and says so."""
+    timezone: str | None = None
+    """IANA zone for the runtime context, e.g. ``Europe/Paris`` (default: the machine's)."""
+    idle_compact_after_minutes: float = Field(
+        0, ge=0, validation_alias=AliasChoices("idleCompactAfterMinutes", "sessionTtlMinutes")
+    )
+    """Compact a session idle this long (0 = never)."""
+    consolidation_threshold: float = Field(0.8, ge=0.2, le=1.0)
+    """Fraction of the input budget at which background consolidation starts; the prompt is
+    consolidated before the call only when it would exceed the whole budget."""
+    consolidation_ratio: float = Field(0.5, ge=0.1, le=0.95)
+    """Fraction of the input budget consolidation shrinks the prompt to."""
+    max_tool_result_chars: int = Field(16_000, ge=500)
+    """Tool results longer than this are stored truncated with a marker."""
+    max_history_messages: int = Field(0, ge=0)
+    """Cap on replayed messages (0 = only the token budget applies)."""
+    bootstrap_max_chars: int = Field(20_000, ge=1000)
+    """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
+    see_other_sessions: bool = True
+    """Whether memory_search in one chat may return other chats' messages."""
+    dream: DreamConfig = Field(default_factory=DreamConfig)
+
+
+class AgentsConfig(_Model):
+    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+
+
+class ProviderConfig(_Model):
+    api_key: str | None = None
+    api_base: str | None = None
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ExecConfig(_Model):
+    timeout: float = Field(60.0, gt=0)
+    """Seconds before a shell command's whole process group is killed."""
+    max_output_chars: int = Field(16_000, ge=200)
+
+
+class ToolsConfig(_Model):
+    restrict_to_workspace: bool = True
+    """Keep file tools inside the workspace (and the selected project)."""
+    exec: ExecConfig = Field(default_factory=ExecConfig)
+
+
+class ServeConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8900, ge=0, le=65535)
+    api_key: str | None = None
+    """Bearer token clients must send; without one the server binds to loopback only."""
+
+
+class Config(_Model):
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _drop_null_providers(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if v is not None}
+        return value

@@ -1,0 +1,353 @@
+"""The system prompt: a pure function of files, memory, skills and history (SPEC 4.2).
+
+Sections, in order, joined by ``"\\n\\n---\\n\\n"`` (empty ones are left out):
+
+==================  ================================================================
+``identity``        ``prompts/identity.md``: who hippobot is, paths, memory, guidelines
+``bootstrap``       ``## AGENTS.md`` / ``## SOUL.md`` / ``## USER.md`` when customised
+``tool_contract``   ``prompts/tool_contract.md``: how to use the tools safely
+``memory``          ``# Memory`` with MEMORY.md, when it holds real facts
+``active_skills``   ``# Active Skills``: full bodies of available always-on skills
+``skills``          ``# Skills``: one line per other skill (name, description, path)
+``recent_history``  ``# Recent History``: archive entries Dream has not processed yet
+``archived_summary``  ``[Archived Context Summary]`` left by idle compaction
+==================  ================================================================
+
+Invariants:
+
+* Deterministic: the same :class:`PromptInputs` give the same bytes. Nothing here reads the
+  clock; per-turn data goes into the user message (:mod:`hippobot.context.runtime`) so the
+  provider's prompt cache keeps hitting.
+* Recent History keeps the *newest* entries: the oldest are dropped first, never the newest.
+* Model-written text (history entries, the archived summary) is fenced so it cannot pose as
+  a section or a runtime block.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
+from hippobot.context.runtime import fence_untrusted
+from hippobot.context.skills import Skill, SkillsIndex
+from hippobot.context.tokens import count_text
+from hippobot.messages import wire_message
+from hippobot.prompts import render
+
+__all__ = [
+    "SECTION_SEPARATOR",
+    "ContextBuilder",
+    "HistoryLike",
+    "PromptInputs",
+    "PromptSection",
+    "SystemPrompt",
+    "build_messages",
+    "build_system_prompt",
+]
+
+SECTION_SEPARATOR = "\n\n---\n\n"
+
+# One line per channel family; unknown channels get no hint.
+_CHAT_APPS = ("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "feishu", "qq")
+_FORMAT_HINTS = {
+    "cli": "Replies are shown in a terminal that renders Markdown; avoid wide tables.",
+    **{c: "Replies go to a chat app: short paragraphs, simple Markdown, no tables." for c in _CHAT_APPS},
+    "sms": "Replies go by SMS: plain text, brief.",
+    "email": "Replies go by email: plain paragraphs, no Markdown tables.",
+}
+_SKILLS_INTRO = "Read a skill's file with read_file before following it."
+
+
+class HistoryLike(Protocol):
+    """An archive entry as the memory store yields it."""
+
+    @property
+    def cursor(self) -> int: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class PromptSection:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SystemPrompt:
+    sections: tuple[PromptSection, ...]
+    text: str
+
+    def section(self, name: str) -> PromptSection | None:
+        return next((s for s in self.sections if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class PromptInputs:
+    """Everything the system prompt depends on; nothing else is consulted."""
+
+    workspace: Path
+    project: Path | None
+    bootstrap: Sequence[tuple[str, str]]  # (filename, text), already filtered
+    memory: str | None
+    skills: Sequence[Skill]
+    recent_history: Sequence[HistoryLike]
+    archived_summary: str | None
+    tool_names: Sequence[str]
+    channel: str
+    model: str
+    max_history_entries: int = 50
+    max_history_tokens: int = 8000
+
+
+# --- sections ------------------------------------------------------------------------
+
+
+def _shown(path: Path, inputs: PromptInputs) -> str:
+    """Paths inside the workspace are relative when it is also the working directory."""
+    if inputs.project is None:
+        try:
+            return path.relative_to(inputs.workspace).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def _history_hint(tool_names: Sequence[str]) -> str:
+    if "memory_search" in tool_names:
+        return "search it with memory_search and open a hit with memory_get"
+    if "exec" in tool_names:
+        return "search it with grep through exec"
+    return "it is not shown in full here"
+
+
+def _identity(inputs: PromptInputs) -> str:
+    ws = inputs.workspace
+    profile_root = inputs.project or ws
+    hint = _FORMAT_HINTS.get(inputs.channel.lower())
+    return render(
+        "identity.md",
+        model_line=f" You are running on the model {inputs.model}." if inputs.model else "",
+        work_dir=str(inputs.project or ws),
+        agents=_shown(profile_root / "AGENTS.md", inputs),
+        soul=_shown(profile_root / "SOUL.md", inputs),
+        user=_shown(profile_root / "USER.md", inputs),
+        memory_file=_shown(ws / MEMORY_FILE, inputs),
+        history_file=_shown(ws / "memory" / "history.jsonl", inputs),
+        history_hint=_history_hint(inputs.tool_names),
+        skills_dir=_shown(ws / "skills", inputs),
+        format_hint=f"\n- {hint}" if hint else "",
+    ).strip()
+
+
+def _bootstrap(inputs: PromptInputs) -> str:
+    return "\n\n".join(
+        f"## {name}\n\n{text.strip()}" for name, text in inputs.bootstrap if text.strip()
+    )
+
+
+def _memory(inputs: PromptInputs) -> str:
+    if not inputs.memory or not inputs.memory.strip():
+        return ""
+    # memory is model-written; its headings are legitimate, runtime envelopes are not
+    return "# Memory\n\n## Long-term Memory\n" + fence_untrusted(
+        inputs.memory.strip(), structure=False
+    )
+
+
+def _active_skills(inputs: PromptInputs) -> str:
+    bodies = [
+        f"## {s.name}\n\n{s.body.strip()}"
+        for s in inputs.skills
+        if s.always and s.available and s.invalid is None and s.body.strip()
+    ]
+    return "# Active Skills\n\n" + "\n\n".join(bodies) if bodies else ""
+
+
+def _skill_line(skill: Skill, inputs: PromptInputs) -> str:
+    path = _shown(skill.path, inputs)
+    if skill.invalid is not None:
+        return f"- {skill.name} — {path} (invalid: {skill.invalid})"
+    line = f"- {skill.name} — {skill.description} — {path}"
+    return line if skill.available else f"{line} (unavailable: {skill.reason})"
+
+
+def _skills(inputs: PromptInputs) -> str:
+    listed = [
+        _skill_line(s, inputs)
+        for s in inputs.skills
+        if not (s.always and s.available and s.invalid is None)
+    ]
+    return f"# Skills\n\n{_SKILLS_INTRO}\n\n" + "\n".join(listed) if listed else ""
+
+
+def _history_line(entry: HistoryLike) -> str:
+    content = fence_untrusted(str(entry.content).strip())
+    # continuation lines are indented so a multi-line entry stays one list item
+    return f"- [{entry.timestamp}] " + content.replace("\n", "\n  ")
+
+
+def _shorten_to(line: str, max_tokens: int) -> str:
+    """Cut one history line to about ``max_tokens`` (only the newest entry ever needs it)."""
+    note = " … (entry shortened)"
+    while count_text(line) + count_text(note) > max_tokens and len(line) > 40:
+        ratio = max_tokens / max(1, count_text(line) + count_text(note))
+        line = line[: max(40, int(len(line) * ratio * 0.95))]
+    return line + note
+
+
+def _render_history(lines: Sequence[str], omitted: int) -> str:
+    note = f"({omitted} older entries omitted)\n\n" if omitted else ""
+    return "# Recent History\n\n" + note + "\n".join(lines)
+
+
+def _recent_history(inputs: PromptInputs) -> str:
+    entries = list(inputs.recent_history)
+    if not entries or inputs.max_history_entries <= 0:
+        return ""
+    cap = inputs.max_history_tokens
+    kept = [_history_line(e) for e in entries[-inputs.max_history_entries :]]
+    # cheap pass on per-line counts (cached), then confirm on the rendered text
+    costs = [count_text(line) + 1 for line in kept]
+    total = sum(costs) + 16  # header and the omitted note
+    while len(kept) > 1 and total > cap:  # drop the oldest, never the newest
+        total -= costs.pop(0)
+        kept.pop(0)
+    text = _render_history(kept, len(entries) - len(kept))
+    while len(kept) > 1 and count_text(text) > cap:
+        kept.pop(0)
+        text = _render_history(kept, len(entries) - len(kept))
+    if count_text(text) > cap:  # the newest entry alone is too big: shorten it
+        overhead = count_text(_render_history([""], len(entries) - 1))
+        kept[0] = _shorten_to(kept[0], max(16, cap - overhead))
+        text = _render_history(kept, len(entries) - 1)
+    return text
+
+
+def _archived_summary(inputs: PromptInputs) -> str:
+    summary = (inputs.archived_summary or "").strip()
+    if not summary:
+        return ""
+    return "[Archived Context Summary]\n\n" + fence_untrusted(summary)
+
+
+_SECTIONS = (
+    ("identity", _identity),
+    ("bootstrap", _bootstrap),
+    ("tool_contract", lambda _inputs: render("tool_contract.md").strip()),
+    ("memory", _memory),
+    ("active_skills", _active_skills),
+    ("skills", _skills),
+    ("recent_history", _recent_history),
+    ("archived_summary", _archived_summary),
+)
+
+
+# --- the builder ---------------------------------------------------------------------
+
+
+def _inputs_key(inputs: PromptInputs) -> tuple[Any, ...]:
+    """A hashable key equal for inputs that render equally (skills are frozen dataclasses)."""
+    return (
+        inputs.workspace,
+        inputs.project,
+        tuple(tuple(pair) for pair in inputs.bootstrap),
+        inputs.memory,
+        tuple(inputs.skills),
+        tuple((e.cursor, e.timestamp, e.content) for e in inputs.recent_history),
+        inputs.archived_summary,
+        tuple(inputs.tool_names),
+        inputs.channel,
+        inputs.model,
+        inputs.max_history_entries,
+        inputs.max_history_tokens,
+    )
+
+
+_memo: OrderedDict[tuple[Any, ...], SystemPrompt] = OrderedDict()
+_memo_lock = threading.Lock()
+_MEMO_SIZE = 16  # a few sessions alternating on one process
+
+
+def build_system_prompt(inputs: PromptInputs) -> SystemPrompt:
+    """Render the system prompt for ``inputs`` (memoised on the inputs' values)."""
+    key = _inputs_key(inputs)
+    with _memo_lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+            return hit
+    sections = []
+    for name, render_section in _SECTIONS:
+        text = render_section(inputs)
+        if text.strip():
+            sections.append(PromptSection(name, text))
+    prompt = SystemPrompt(tuple(sections), SECTION_SEPARATOR.join(s.text for s in sections))
+    with _memo_lock:
+        _memo[key] = prompt
+        if len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return prompt
+
+
+def build_messages(
+    system: SystemPrompt, history: Sequence[dict[str, Any]], current: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Wire messages ``[system, *history, current]`` (bookkeeping keys removed).
+
+    Messages are not merged: replaying exactly what was stored keeps the prefix stable.
+    """
+    return [
+        {"role": "system", "content": system.text},
+        *(wire_message(m) for m in history),
+        wire_message(current),
+    ]
+
+
+@dataclass
+class ContextBuilder:
+    """Gathers the inputs from disk and builds the prompt; cheap when nothing changed.
+
+    Files and skills come through their stat-keyed caches, and the rendered prompt is
+    memoised on the inputs, so an unchanged workspace costs a few ``stat`` calls per turn.
+    """
+
+    files: WorkspaceFiles
+    skills: SkillsIndex
+    max_history_entries: int = 50
+    max_history_tokens: int = 8000
+
+    def inputs(
+        self,
+        *,
+        recent_history: Sequence[HistoryLike] = (),
+        archived_summary: str | None = None,
+        tool_names: Sequence[str] = (),
+        channel: str = "cli",
+        model: str = "",
+    ) -> PromptInputs:
+        return PromptInputs(
+            workspace=self.files.workspace,
+            project=self.files.project,
+            bootstrap=self.files.bootstrap(),
+            memory=self.files.memory(),
+            skills=self.skills.skills(),
+            recent_history=recent_history,
+            archived_summary=archived_summary,
+            tool_names=tuple(tool_names),
+            channel=channel,
+            model=model,
+            max_history_entries=self.max_history_entries,
+            max_history_tokens=self.max_history_tokens,
+        )
+
+    def build(self, **kwargs: Any) -> SystemPrompt:
+        """:func:`build_system_prompt` over :meth:`inputs` (same keyword arguments)."""
+        return build_system_prompt(self.inputs(**kwargs))

@@ -1,0 +1,134 @@
+"""Runtime context: per-turn metadata appended to the user's message, never the system prompt.
+
+The block carries what changes every turn (the clock) so the system prompt stays byte-stable
+and the provider's prompt cache keeps hitting::
+
+    <the user's text>
+
+    [Runtime Context — metadata only, not instructions]
+    Current Time: 2026-11-29 15:30 (Sunday) Europe/Paris (UTC+01:00)
+    Channel: cli
+    Chat ID: direct
+    [/Runtime Context]
+
+The block is saved with the message, plus a marker holding the exact appended suffix, so the
+replayed history is byte-identical on later turns and views meant for people strip exactly
+that suffix (:func:`hippobot.messages.public_text`).
+
+Untrusted text (model-written history summaries, memory) must not be able to forge such a
+block or a system-prompt section; :func:`fence_untrusted` neutralises the lines that could.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from hippobot.messages import RUNTIME_CONTEXT_FOOTER, RUNTIME_CONTEXT_HEADER, RuntimeContextMarker
+
+__all__ = [
+    "RUNTIME_CONTEXT_FOOTER",
+    "RUNTIME_CONTEXT_HEADER",
+    "attach_runtime_context",
+    "fence_untrusted",
+    "format_now",
+    "runtime_context_block",
+]
+
+log = logging.getLogger(__name__)
+
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_warned_zones: set[str] = set()
+
+
+def _zone(name: str | None) -> ZoneInfo | None:
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        if name not in _warned_zones:  # once per name, not every turn
+            _warned_zones.add(name)
+            log.warning("unknown timezone %r; using the local time instead", name)
+        return None
+
+
+def _offset(delta: timedelta | None) -> str:
+    minutes = int((delta or timedelta()).total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    hours, mins = divmod(abs(minutes), 60)
+    return f"UTC{sign}{hours:02d}:{mins:02d}"
+
+
+def format_now(now: datetime, timezone: str | None) -> str:
+    """``2026-11-29 15:30 (Sunday) Europe/Paris (UTC+01:00)``.
+
+    ``timezone`` is an IANA name; when it is missing or unknown the local zone is used
+    (an unknown name is warned about once). A naive ``now`` is taken as local time.
+    Weekdays are English whatever the process locale.
+    """
+    zone = _zone(timezone)
+    local = now.astimezone(zone) if zone else now.astimezone()
+    label = timezone if zone else (local.tzname() or "local time")
+    return (
+        f"{local:%Y-%m-%d %H:%M} ({_WEEKDAYS[local.weekday()]}) "
+        f"{label} ({_offset(local.utcoffset())})"
+    )
+
+
+def runtime_context_block(now: datetime, timezone: str | None, channel: str, chat_id: str) -> str:
+    """The metadata block for one user turn (no leading or trailing newline)."""
+    lines = [
+        RUNTIME_CONTEXT_HEADER,
+        f"Current Time: {format_now(now, timezone)}",
+        f"Channel: {_one_line(channel)}",
+        f"Chat ID: {_one_line(chat_id)}",
+        RUNTIME_CONTEXT_FOOTER,
+    ]
+    return "\n".join(lines)
+
+
+def _one_line(value: str) -> str:
+    # a channel or chat id is data; a newline in it must not start a line of its own
+    return " ".join(str(value).split())
+
+
+def attach_runtime_context(text: str, block: str) -> tuple[str, RuntimeContextMarker]:
+    """``text`` with ``"\\n\\n" + block`` appended, and the marker recording that suffix."""
+    suffix = "\n\n" + block
+    return text + suffix, RuntimeContextMarker(version=1, suffix=suffix)
+
+
+# --- fencing untrusted text ----------------------------------------------------------
+
+# Lines that would read as our own scaffolding: runtime/archive/skill envelopes, the section
+# separator, and level-1/2 headings (every system section starts with one).
+_ENVELOPE = re.compile(
+    r"^\s*\[/?(?:Runtime Context|Archived Context Summary|Active Skills)", re.IGNORECASE
+)
+_SEPARATOR = re.compile(r"^\s*-{3,}\s*$")
+_HEADING = re.compile(r"^\s*#{1,2}(?:\s|$)")
+
+
+def fence_untrusted(text: str, *, structure: bool = True) -> str:
+    """Neutralise lines of untrusted text that could pose as prompt scaffolding.
+
+    Offending lines get a backslash before their first non-blank character: ``\\[Runtime
+    Context ...``, ``\\---``, ``\\# Memory``. In Markdown a backslash escape means "this
+    character is literal", so the text stays readable and the line no longer opens a block,
+    a separator or a heading. Envelope lines (``[Runtime Context``, ``[/Runtime Context]``,
+    ``[Archived Context Summary]``, ``[Active Skills``) are always fenced; with
+    ``structure=True`` (the default) ``---`` separators and ``#``/``##`` headings are too.
+    The function is idempotent.
+    """
+    out = []
+    for line in text.split("\n"):
+        if _ENVELOPE.match(line) or (
+            structure and (_SEPARATOR.match(line) or _HEADING.match(line))
+        ):
+            stripped = line.lstrip()
+            line = line[: len(line) - len(stripped)] + "\\" + stripped
+        out.append(line)
+    return "\n".join(out)

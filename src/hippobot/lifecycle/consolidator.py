@@ -1,0 +1,384 @@
+"""The Consolidator: archive the oldest unconsolidated slice of a session (SPEC 4.3).
+
+Invariants
+- A slice ``[start, end)`` is summarised, the summary is appended to ``history.jsonl`` with
+  ``source = {session, from: start, to: end}``, and only then does ``last_consolidated`` move to
+  ``end``. A crash between the two is repaired on the next run: an entry whose source ends after
+  the pointer fast-forwards it (:meth:`Consolidator.repair`), so a slice is never archived twice
+  and never lost.
+- The session's turn lock is *not* held during the model call: a background consolidation never
+  makes the user wait. A cross-process file lock keeps one consolidation per session.
+- The summary request normally shares the previous request's prefix (same system prompt, same
+  replay, same tools, ``tool_choice="none"``) with the instruction as the last user message, so
+  the provider's prompt cache serves it. When the slice is no longer in the replay (the window
+  was capped), the slice is sent as a transcript instead, in chunks that fit, and the chunk
+  summaries are merged into one entry.
+- When the model fails or answers nothing usable, a bounded ``[RAW]`` entry is written instead
+  and the pointer still moves, so a broken model cannot wedge a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import filelock
+
+from hippobot.context import tokens
+from hippobot.errors import ProviderError
+from hippobot.lifecycle.summaries import (
+    SAVE_SUMMARY_TOOL,
+    SUMMARY_MAX_CHARS,
+    ParsedSummary,
+    format_transcript,
+    parse_summary,
+    raw_entry,
+    summary_from_tool_call,
+)
+from hippobot.memory.history import HistoryEntry, HistorySource
+from hippobot.messages import Message, public_text
+from hippobot.prompts import render
+from hippobot.providers.base import ChatRequest, collect
+from hippobot.session.model import ArchivedSummary, Session
+
+if TYPE_CHECKING:
+    from hippobot.agent.agent import Agent
+
+__all__ = ["Consolidator", "SliceOutcome", "legal_boundaries"]
+
+log = logging.getLogger(__name__)
+
+_MAX_ROUNDS = 6
+_SUMMARY_REPLY_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SliceOutcome:
+    start: int
+    end: int
+    entry: HistoryEntry | None  # None: the model said nothing was worth keeping
+    raw: bool = False
+
+
+def legal_boundaries(messages: list[Message], start: int) -> list[tuple[int, bool]]:
+    """Indices ``b`` (start < b <= len) where ``messages[start:b]`` can be archived.
+
+    A cut may not separate tool results from their call, so ``messages[b]`` must not be a tool
+    result. Each boundary is flagged ``True`` when it is a user-turn boundary (preferred).
+    """
+    out: list[tuple[int, bool]] = []
+    n = len(messages)
+    for b in range(start + 1, n + 1):
+        if b == n:
+            out.append((b, True))
+        elif messages[b].get("role") != "tool":
+            out.append((b, messages[b].get("role") == "user"))
+    return out
+
+
+class Consolidator:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # --- sizing ---------------------------------------------------------------------
+
+    def replay_start(self, session: Session) -> int:
+        return max(session.last_consolidated, int(session.metadata.get("fresh_start", 0) or 0))
+
+    def estimate(self, session: Session) -> int:
+        """Prompt tokens the next request on this session would use (ground truth + delta)."""
+        start = self.replay_start(session)
+        usage = session.usage or {}
+        at = usage.get("messages_at")
+        if (
+            isinstance(at, int)
+            and usage.get("replay_start") == start
+            and start <= at <= len(session.messages)
+        ):
+            base = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+            return base + tokens.count_messages(session.messages[at:])
+        registry = self.agent.tools_for(session.key)
+        system = self.agent.system_prompt(session, registry.names())
+        return (
+            tokens.count_text(system.text)
+            + tokens.count_tools(registry.schemas())
+            + tokens.count_messages(session.messages[start:])
+        )
+
+    def idle_due(self, session: Session, now: datetime | None = None) -> bool:
+        minutes = self.agent.settings.defaults.idle_compact_after_minutes
+        if minutes <= 0 or self.replay_start(session) >= len(session.messages):
+            return False
+        try:
+            updated = datetime.fromisoformat(session.updated_at)
+        except (TypeError, ValueError):
+            return False
+        now = now or datetime.now().astimezone()
+        if updated.tzinfo is None:
+            updated = updated.astimezone()
+        return (now - updated).total_seconds() >= minutes * 60
+
+    # --- entry points -----------------------------------------------------------------
+
+    async def consolidate_locked(self, key: str) -> int:
+        """Background entry point: consolidate a session by key if it is still over budget."""
+        session = self.agent.sessions.get(key)
+        return await self.consolidate(session, only_if_over=self.agent.budget.trigger)
+
+    async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
+        """Archive oldest slices until the prompt is under the target; returns entries written."""
+        async with self._session_lock(session.key):
+            with self._file_lock(session.key) as locked:
+                if not locked:
+                    return 0  # another process is consolidating this session right now
+                await self.agent.sessions.refresh(session)
+                self.repair(session)
+                budget = self.agent.budget
+                estimate = self.estimate(session)
+                if only_if_over and estimate < only_if_over:
+                    return 0
+                written = 0
+                for _ in range(_MAX_ROUNDS):
+                    if estimate <= budget.target:
+                        break
+                    end = self._pick_boundary(session, estimate - budget.target)
+                    if end is None:
+                        log.info("session %s: no legal boundary to consolidate at", session.key)
+                        break
+                    outcome = await self._archive(session, session.last_consolidated, end)
+                    written += outcome.entry is not None
+                    new_estimate = self.estimate(session)
+                    if new_estimate >= estimate:
+                        break
+                    estimate = new_estimate
+                return written
+
+    async def archive_until(self, session: Session, end: int) -> SliceOutcome | None:
+        """Archive everything before ``end`` (used by ``/new`` and idle compaction)."""
+        async with self._session_lock(session.key):
+            with self._file_lock(session.key, timeout=30) as locked:
+                if not locked:
+                    return None
+                await self.agent.sessions.refresh(session)
+                self.repair(session)
+                if session.last_consolidated >= end:
+                    return None
+                return await self._archive(session, session.last_consolidated, end)
+
+    async def compact_idle(self, session: Session) -> None:
+        """Archive an idle session's whole unconsolidated part and keep it as its summary.
+
+        The raw messages stay in the session file (append-only); only the pointer moves, and
+        the summary gives the next turn its continuity.
+        """
+        last_active = session.updated_at
+        outcome = await self.archive_until(session, len(session.messages))
+        if outcome and outcome.entry is not None and not outcome.raw:
+            session.summary = ArchivedSummary(text=outcome.entry.content, last_active=last_active)
+            await self.agent.sessions.save_meta(session)
+
+    async def resume_pending(self) -> int:
+        """Finish ``/new`` archives a previous process did not complete; returns how many."""
+        resumed = 0
+        for info in self.agent.sessions.list():
+            session = self.agent.sessions.get(info.key)
+            fresh = int(session.metadata.get("fresh_start", 0) or 0)
+            self.repair(session)
+            if session.last_consolidated < fresh:
+                self.agent.jobs.schedule(
+                    f"archive:{session.key}", lambda s=session, f=fresh: self.archive_until(s, f)
+                )
+                resumed += 1
+        return resumed
+
+    # --- steps ------------------------------------------------------------------------
+
+    def repair(self, session: Session) -> None:
+        """Fast-forward the pointer past a slice already archived by an interrupted run."""
+        entries = self.agent.memory.read_history(session_key=session.key)
+        for entry in reversed(entries):
+            src = entry.source
+            if src is not None and src.session == session.key:
+                if session.last_consolidated < src.end <= len(session.messages):
+                    log.warning(
+                        "session %s: history#%d already archives messages %d-%d; moving the "
+                        "pointer past them", session.key, entry.cursor, src.start, src.end - 1,
+                    )
+                    session.last_consolidated = src.end
+                break
+
+    def _pick_boundary(self, session: Session, to_remove: int) -> int | None:
+        start = session.last_consolidated
+        msgs = session.messages
+        bounds = legal_boundaries(msgs, start)
+        # Never archive the user's newest message before it has been answered.
+        if msgs and msgs[-1].get("role") == "user":
+            bounds = [(b, u) for b, u in bounds if b < len(msgs)]
+        if not bounds:
+            return None
+        removed, i = 0, start
+        first_any: int | None = None
+        for b, is_user in bounds:
+            removed += tokens.count_messages(msgs[i:b])
+            i = b
+            if removed >= to_remove:
+                if is_user:
+                    return b
+                if first_any is None:
+                    first_any = b
+        # No user boundary far enough: a single tool-heavy turn may still be cut at an
+        # assistant boundary; otherwise take the last user boundary we have.
+        if first_any is not None:
+            return first_any
+        user_bounds = [b for b, u in bounds if u]
+        return user_bounds[-1] if user_bounds else bounds[-1][0]
+
+    async def _archive(self, session: Session, start: int, end: int) -> SliceOutcome:
+        key = session.key
+        chunk = session.messages[start:end]
+        visible = [m for m in chunk if not m.get("_command")]
+        if not visible:
+            await self._advance(session, end)
+            return SliceOutcome(start, end, None)
+        try:
+            parsed = await self._summarise(session, start, end)
+            failure = None if parsed.ok else "the model's answer followed no known format"
+        except ProviderError as exc:
+            parsed, failure = ParsedSummary(()), str(exc)
+        source = HistorySource(session=key, start=start, end=end)
+        memory = self.agent.memory
+        if failure is not None:
+            log.warning("session %s: summary of messages %d-%d failed (%s); archiving them raw",
+                        key, start, end - 1, failure)
+            content = raw_entry(chunk, session_key=key, start=start, end=end, reason=failure)
+            entry = await asyncio.to_thread(
+                memory.append_history, content, session_key=key, source=source
+            )
+            await self._advance(session, end)
+            return SliceOutcome(start, end, entry, raw=True)
+        if parsed.nothing:
+            await self._advance(session, end)
+            return SliceOutcome(start, end, None)
+        entry = await asyncio.to_thread(
+            memory.append_history, parsed.text, session_key=key, source=source,
+            max_chars=SUMMARY_MAX_CHARS,
+        )
+        await self._advance(session, end)
+        return SliceOutcome(start, end, entry)
+
+    async def _advance(self, session: Session, end: int) -> None:
+        if end > session.last_consolidated:
+            session.last_consolidated = end
+            await self.agent.sessions.save_meta(session)
+
+    async def _summarise(self, session: Session, start: int, end: int) -> ParsedSummary:
+        prefix = self._prefix_request(session, start, end)
+        if prefix is not None:
+            return await self._ask(prefix[0], prefix[1], tool_mode=False)
+        return await self._summarise_transcript(session, start, end)
+
+    def _prefix_request(self, session: Session, start: int, end: int):
+        """The previous request + an instruction, when the slice is its oldest replayed part."""
+        messages, registry = self.agent.build_request_messages(session)
+        history = session.get_history(max_messages=0)  # identity of replayed stored messages
+        replayed_ids = {id(m) for m in history}
+        slice_msgs = [m for m in session.messages[start:end] if not m.get("_command")]
+        if not slice_msgs or not all(id(m) in replayed_ids for m in slice_msgs):
+            return None
+        if len(messages) - 1 < len(history):  # the replay was capped by the token budget
+            return None
+        count = sum(1 for m in history if m in slice_msgs or id(m) in {id(x) for x in slice_msgs})
+        last = public_text(slice_msgs[-1]).strip().replace("\n", " ")
+        if not last:
+            last = f"a {slice_msgs[-1].get('role', 'tool')} message"
+        instruction = render("consolidate.md", count=count, last_excerpt=last[:60])
+        request = [*messages, {"role": "user", "content": instruction}]
+        if tokens.count_messages(request) + tokens.count_tools(registry.schemas()) > self.agent.budget.input + self.agent.budget.max_tokens:
+            return None
+        return request, registry.schemas()
+
+    async def _summarise_transcript(self, session: Session, start: int, end: int) -> ParsedSummary:
+        budget = max(1000, self.agent.budget.input // 2) if self.agent.budget.enabled else 50_000
+        parts: list[tuple[int, int]] = []
+        part_start, used = start, 0
+        for i in range(start, end):
+            cost = tokens.count_message(session.messages[i])
+            if used and used + cost > budget:
+                parts.append((part_start, i))
+                part_start, used = i, 0
+            used += cost
+        parts.append((part_start, end))
+        lines: list[str] = []
+        nothing = True
+        for n, (a, b) in enumerate(parts, 1):
+            transcript = format_transcript(session.messages[a:b], max_chars=budget * 4)
+            note = f"(Part {n} of {len(parts)} of a longer slice.)\n" if len(parts) > 1 else ""
+            prompt = render(
+                "consolidate_transcript.md", part_note=note, session_key=session.key,
+                start=a, end=b - 1, transcript=transcript,
+            )
+            parsed = await self._ask([{"role": "user", "content": prompt}], [SAVE_SUMMARY_TOOL], tool_mode=True)
+            if not parsed.ok:
+                return parsed
+            nothing = nothing and parsed.nothing
+            lines.extend(line for line in parsed.lines if line not in lines)
+        return ParsedSummary(tuple(lines), nothing=nothing and not lines)
+
+    async def _ask(self, messages: list[dict], tools: list[dict], *, tool_mode: bool) -> ParsedSummary:
+        request = ChatRequest(
+            model=self.agent.model,
+            messages=messages,
+            tools=tools,
+            tool_choice="auto" if tool_mode else "none",
+            max_tokens=min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens),
+            temperature=self.agent.settings.defaults.temperature,
+        )
+        response = await collect(self.agent.provider.stream(request))
+        for call in response.tool_calls:
+            if call["function"]["name"] == "save_summary":
+                parsed = summary_from_tool_call(call["function"]["arguments"])
+                if parsed.ok:
+                    return parsed
+        if response.finish_reason == "length":
+            return ParsedSummary(())
+        return parse_summary(response.text)
+
+    # --- locks ------------------------------------------------------------------------
+
+    def _session_lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _file_lock(self, key: str, timeout: float = 0) -> _TryLock:
+        from hashlib import sha1
+
+        locks = Path(self.agent.workspace) / ".hippobot" / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        name = "consolidate-" + sha1(key.encode("utf-8")).hexdigest()[:16] + ".lock"
+        return _TryLock(filelock.FileLock(str(locks / name)), timeout)
+
+
+class _TryLock:
+    """``with`` a file lock that yields whether it was acquired instead of raising."""
+
+    def __init__(self, lock: filelock.FileLock, timeout: float) -> None:
+        self.lock, self.timeout, self.held = lock, timeout, False
+
+    def __enter__(self) -> bool:
+        try:
+            self.lock.acquire(timeout=self.timeout)
+            self.held = True
+        except filelock.Timeout:
+            self.held = False
+        return self.held
+
+    def __exit__(self, *exc: object) -> None:
+        if self.held:
+            self.lock.release()

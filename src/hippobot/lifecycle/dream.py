@@ -1,0 +1,363 @@
+"""Dream: distil pending history entries into SOUL.md, USER.md and memory/MEMORY.md (SPEC 4.4).
+
+A run processes the entries after ``.dream_cursor`` in batches until none is left:
+
+1. **Analysis** — the model reads a batch and the current files and lists findings, one per
+   line (``[USER]``, ``[SOUL]``, ``[MEMORY]``, ``[FILE-REMOVE]``, ``[SKIP]``).
+2. **Edit** — the model applies the findings with ``read_file``/``edit_file`` restricted to the
+   three files. Edits go to *staged copies* under ``.hippobot/dream/staged``, never to the live
+   files.
+3. **Apply** — a manifest is written (the commit point), then the staged files replace the live
+   ones (three-way merged with any edit the user made meanwhile), the cursor moves and one git
+   commit records the run. A run killed before the manifest leaves the live files untouched and
+   the entries pending; a run killed after it is rolled forward by the next run.
+
+One run per workspace at a time, across processes (a file lock). An iteration budget and a token
+budget stop a looping model with a clear log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import filelock
+
+from hippobot.agent.runner import Runner
+from hippobot.errors import ProviderError
+from hippobot.memory.history import HistoryEntry
+from hippobot.memory.store import atomic_write_text
+from hippobot.messages import Message
+from hippobot.prompts import load, render
+from hippobot.providers.base import ChatRequest, Provider, StreamEvent, Usage, collect
+
+if TYPE_CHECKING:
+    from hippobot.agent.agent import Agent
+
+__all__ = ["MEMORY_FILES", "Dream", "DreamResult", "dream_prompt_command", "parse_findings"]
+
+log = logging.getLogger(__name__)
+
+MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
+_FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
+_ENTRY_CAP = 2000
+_FILE_CAP = 12_000
+_GUIDE_CAP = 32_000
+
+
+def parse_findings(text: str) -> tuple[list[str], bool]:
+    """Finding lines of a phase-1 answer, and whether the answer followed the format at all."""
+    findings, any_valid = [], False
+    for line in (text or "").splitlines():
+        m = _FINDING.match(line)
+        if m is None:
+            continue
+        any_valid = True
+        if m.group(1) != "SKIP" and m.group(2).strip():
+            findings.append(f"[{m.group(1)}] {m.group(2).strip()}")
+    return findings, any_valid
+
+
+@dataclass(slots=True)
+class DreamResult:
+    status: Literal["nothing", "done", "dry-run", "failed", "busy", "stopped"]
+    entries: int = 0
+    batches: int = 0
+    findings: list[str] = field(default_factory=list)
+    files: tuple[str, ...] = ()
+    commit: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        took = f" in {self.seconds:.1f}s"
+        if self.status == "nothing":
+            return (
+                "Nothing to dream about: no history entries are waiting. Entries are written "
+                "when a conversation outgrows the context window, on /new, or after "
+                "idleCompactAfterMinutes of silence (see `hippobot memory history`)."
+            )
+        if self.status == "busy":
+            return "Dream is already running in another process; try again when it finishes."
+        if self.status == "dry-run":
+            body = "\n".join(self.findings) or "(no findings)"
+            return f"Dry run over {self.entries} pending entr{'y' if self.entries == 1 else 'ies'}{took}; nothing was edited.\n{body}"
+        if self.status in ("failed", "stopped"):
+            done = f" ({self.batches} batch(es) completed before that)" if self.batches else ""
+            return f"Dream {self.status}{took}: {self.error}. The remaining entries stay pending{done}."
+        if not self.files:
+            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes."
+        sha = f" (commit {self.commit[:8]})" if self.commit else ""
+        return (
+            f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
+            f"updated {', '.join(self.files)}{sha}. See /dream-log; undo with /dream-restore."
+        )
+
+
+class _BudgetedProvider:
+    """Counts tokens across a run and stops it when the budget is spent."""
+
+    def __init__(self, inner: Provider, budget: int) -> None:
+        self.inner, self.budget, self.used = inner, budget, 0
+        self.name = getattr(inner, "name", "provider")
+
+    async def stream(self, request: ChatRequest):
+        if self.used >= self.budget:
+            raise _OverBudget(f"token budget of {self.budget} spent ({self.used} used)")
+        async for ev in self.inner.stream(request):
+            if isinstance(ev, Usage):
+                self.used += ev.prompt_tokens + ev.completion_tokens
+            yield ev
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class Dream:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.workspace = agent.workspace
+        self.state = self.workspace / ".hippobot" / "dream"
+        self.staged = self.state / "staged"
+        self.manifest = self.state / "manifest.json"
+        self._lock = filelock.FileLock(str(self.workspace / ".hippobot" / "locks" / "dream.lock"))
+
+    @property
+    def config(self):
+        return self.agent.settings.defaults.dream
+
+    def guide(self) -> tuple[str, bool]:
+        """The Dream guide in effect and whether it is the workspace's own."""
+        custom = self.workspace / "prompts" / "dream.md"
+        try:
+            text = custom.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        if text.strip():
+            return text[:_GUIDE_CAP], True
+        return load("dream_guide.md"), False
+
+    # --- run ----------------------------------------------------------------------------
+
+    async def run(self, *, dry_run: bool = False) -> DreamResult:
+        started = time.monotonic()
+        (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=0)
+        except filelock.Timeout:
+            return DreamResult("busy")
+        try:
+            result = await self._run(dry_run)
+        finally:
+            self._lock.release()
+        result.seconds = time.monotonic() - started
+        return result
+
+    async def _run(self, dry_run: bool) -> DreamResult:
+        memory = self.agent.memory
+        if not dry_run:
+            self.recover()
+        pending = memory.read_history(after=memory.dream_cursor())
+        if not pending:
+            return DreamResult("nothing")
+        provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
+        result = DreamResult("done")
+        if not dry_run:
+            self._stage()
+        last_done: int | None = None
+        batch_size = self.config.batch_size
+        try:
+            for i in range(0, len(pending), batch_size):
+                batch = pending[i : i + batch_size]
+                findings = await self._analyse(provider, batch, staged=not dry_run)
+                result.findings += findings
+                if findings and not dry_run:
+                    await self._edit(provider, findings)
+                result.entries += len(batch)
+                result.batches += 1
+                last_done = batch[-1].cursor
+        except _OverBudget as exc:
+            log.warning("Dream stopped: %s; the rest stays pending", exc)
+            result.status, result.error = "stopped", str(exc)
+        except ProviderError as exc:
+            log.warning("Dream failed: %s; the entries stay pending", exc)
+            result.status, result.error = "failed", str(exc)
+        if dry_run:
+            result.status = "dry-run" if result.status == "done" else result.status
+            return result
+        if last_done is not None:
+            result.files, result.commit = self._apply(last_done)
+        else:
+            shutil.rmtree(self.staged, ignore_errors=True)
+        return result
+
+    def _provider(self) -> Provider:
+        return self.agent.provider
+
+    def _model(self) -> str:
+        return self.config.model_override or self.agent.model
+
+    def _files(self, root: Path) -> dict[str, str]:
+        out = {}
+        for name in MEMORY_FILES:
+            try:
+                out[name] = (root / name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                out[name] = ""
+        return out
+
+    @staticmethod
+    def _show(text: str) -> str:
+        text = text.strip()
+        if not text:
+            return "(empty)"
+        return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
+
+    async def _analyse(self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool) -> list[str]:
+        files = self._files(self.staged if staged else self.workspace)
+        history = "\n".join(
+            f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
+        )
+        prompt = render(
+            "dream_phase1.md", guide=self.guide()[0], soul=self._show(files["SOUL.md"]),
+            user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
+            first=batch[0].cursor, last=batch[-1].cursor, history=history,
+        )
+        request = ChatRequest(
+            model=self._model(), messages=[{"role": "user", "content": prompt}],
+            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
+            temperature=self.agent.settings.defaults.temperature,
+        )
+        response = await collect(provider.stream(request))
+        findings, valid = parse_findings(response.text)
+        if not valid:
+            log.warning(
+                "Dream analysis of entries #%d-#%d followed no known format; treating it as "
+                "nothing to do", batch[0].cursor, batch[-1].cursor,
+            )
+        return findings
+
+    async def _edit(self, provider: Provider, findings: list[str]) -> None:
+        from hippobot.tools.base import ToolRegistry
+        from hippobot.tools.files import file_tools
+        from hippobot.tools.paths import PathPolicy
+
+        allowed = {(self.staged / name).resolve() for name in MEMORY_FILES}
+        policy = PathPolicy(self.staged, allowed_files=allowed)
+        registry = ToolRegistry()
+        registry.extend(t for t in file_tools(policy) if t.name in ("read_file", "edit_file"))
+        files = self._files(self.staged)
+        prompt = render(
+            "dream_phase2.md", guide=self.guide()[0], findings="\n".join(findings),
+            soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
+            memory=self._show(files["memory/MEMORY.md"]),
+        )
+        runner = Runner(
+            provider=provider, model=self._model(), tools=registry,
+            max_iterations=self.config.max_iterations,
+            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
+            temperature=self.agent.settings.defaults.temperature,
+        )
+
+        async def keep(msg: Message) -> Message:
+            return msg  # Dream's own conversation is not a user session
+
+        result = await runner.run([{"role": "user", "content": prompt}], keep)
+        if result.stopped:
+            log.warning(
+                "Dream edit phase hit its limit of %d tool steps (agents.defaults.dream."
+                "maxIterations); keeping the edits made so far", self.config.max_iterations,
+            )
+
+    # --- staging and the commit point ---------------------------------------------------
+
+    def _stage(self) -> None:
+        shutil.rmtree(self.staged, ignore_errors=True)
+        for name in MEMORY_FILES:
+            src, dst = self.workspace / name, self.staged / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.exists():
+                shutil.copyfile(src, dst)
+            else:
+                dst.write_text("", encoding="utf-8")
+        base = self.state / "base"
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.copytree(self.staged, base)
+
+    def _apply(self, cursor: int) -> tuple[tuple[str, ...], str | None]:
+        manifest = {"cursor": cursor, "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")}
+        atomic_write_text(self.manifest, json.dumps(manifest))  # the commit point
+        return self.recover()
+
+    def recover(self) -> tuple[tuple[str, ...], str | None]:
+        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha."""
+        try:
+            manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            shutil.rmtree(self.staged, ignore_errors=True)
+            return (), None
+        from hippobot.memory.gitstore import merge3
+
+        git = self.agent.git
+        if git.available and git.initialized:
+            git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
+        changed: list[str] = []
+        for name in MEMORY_FILES:
+            staged = self.staged / name
+            if not staged.exists():
+                continue
+            new = staged.read_text(encoding="utf-8", errors="replace")
+            base_path = self.state / "base" / name
+            base = base_path.read_text(encoding="utf-8", errors="replace") if base_path.exists() else new
+            live_path = self.workspace / name
+            live = live_path.read_text(encoding="utf-8", errors="replace") if live_path.exists() else ""
+            if new == base:
+                continue  # Dream did not touch it: leave the live file (and any user edit) alone
+            merged = merge3(base, live, new) if live != base else new
+            if merged is None:
+                log.warning("%s changed during Dream and the edits overlap; keeping your version", name)
+                continue
+            if merged != live:
+                atomic_write_text(live_path, merged)
+                changed.append(name)
+        self.agent.memory.set_dream_cursor(int(manifest["cursor"]))
+        sha = None
+        if git.available and git.initialized:
+            from hippobot.memory.gitstore import dream_message
+
+            summary = git.diff_summary()
+            sha = git.commit(dream_message(manifest.get("time", ""), summary)) if summary else None
+        self.manifest.unlink(missing_ok=True)
+        shutil.rmtree(self.staged, ignore_errors=True)
+        shutil.rmtree(self.state / "base", ignore_errors=True)
+        return tuple(changed), sha
+
+
+def dream_prompt_command(agent: Agent, arg: str) -> str:
+    """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
+    dream = agent.dream
+    path = agent.workspace / "prompts" / "dream.md"
+    if arg == "init":
+        if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
+            return f"{path} already has your guide; edit it directly."
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(load("dream_guide.md"), encoding="utf-8")
+        return f"Wrote the default Dream guide to {path}; edit it to change what Dream keeps."
+    if arg:
+        return "Usage: /dream-prompt (show the guide) or /dream-prompt init (create prompts/dream.md)"
+    text, custom = dream.guide()
+    origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
+    return f"Dream guide in effect: {origin}\n\n{text}"
+
+
+def _unused(_: StreamEvent) -> None:  # keeps the import used for type readers
+    return None

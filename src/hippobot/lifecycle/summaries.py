@@ -1,0 +1,162 @@
+"""Pure helpers for archive summaries: parse the model's answer, format raw fallbacks.
+
+Kept apart from the consolidator so they can be tested without a model or a workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hippobot.messages import Message, public_text
+
+__all__ = [
+    "RAW_MAX_CHARS",
+    "SUMMARY_MAX_CHARS",
+    "ParsedSummary",
+    "format_transcript",
+    "parse_summary",
+    "raw_entry",
+    "summary_from_tool_call",
+]
+
+RAW_MAX_CHARS = 16_000
+SUMMARY_MAX_CHARS = 8_000
+KINDS = ("permanent", "durable", "ephemeral", "correction")
+_LINE = re.compile(
+    r"^\s*(?:[-*•]\s*)?\[(permanent|durable|ephemeral|correction)\]\s*[:\-–]?\s*(.+?)\s*$", re.I
+)
+_NOTHING = re.compile(r"^\W*(\(nothing\)|nothing|none|\[skip\].*)\W*$", re.I)
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSummary:
+    """``lines`` are normalised ``- [kind] fact`` lines; ``nothing`` means a valid empty answer."""
+
+    lines: tuple[str, ...]
+    nothing: bool = False
+    rejected: int = 0  # lines that followed no format
+
+    @property
+    def ok(self) -> bool:
+        return self.nothing or bool(self.lines)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def parse_summary(text: str) -> ParsedSummary:
+    """Accept the line format; reject an answer in which no line follows it.
+
+    Stray prose lines next to valid fact lines are dropped (counted in ``rejected``), so a model
+    that adds "Here are the facts:" still archives its facts.
+    """
+    text = _THINK.sub("", text or "").strip()
+    if not text:
+        return ParsedSummary(())
+    lines: list[str] = []
+    seen: set[str] = set()
+    rejected = 0
+    for raw in text.splitlines():
+        if not raw.strip() or raw.strip().startswith("```"):
+            continue
+        m = _LINE.match(raw)
+        if m is None:
+            rejected += 1
+            continue
+        line = f"- [{m.group(1).lower()}] {m.group(2)}"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    if not lines and _NOTHING.match(text):
+        return ParsedSummary((), nothing=True)
+    return ParsedSummary(tuple(lines), rejected=rejected)
+
+
+def summary_from_tool_call(arguments: str) -> ParsedSummary:
+    """Parse a ``save_summary`` tool call: ``{"facts": [{"kind": ..., "text": ...}]}``."""
+    try:
+        data = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return ParsedSummary(())
+    facts = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(facts, list):
+        return ParsedSummary(())
+    if not facts:
+        return ParsedSummary((), nothing=True)
+    lines = []
+    for f in facts:
+        if isinstance(f, dict) and str(f.get("kind", "")).lower() in KINDS and str(f.get("text", "")).strip():
+            lines.append(f"- [{str(f['kind']).lower()}] {str(f['text']).strip()}")
+    return ParsedSummary(tuple(dict.fromkeys(lines)))
+
+
+SAVE_SUMMARY_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "save_summary",
+        "description": "Save the facts and decisions worth remembering from the transcript.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "facts": {
+                    "type": "array",
+                    "description": "One atomic fact or decision per item; empty if nothing is worth keeping.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "kind": {"type": "string", "enum": list(KINDS)},
+                            "text": {"type": "string"},
+                        },
+                        "required": ["kind", "text"],
+                    },
+                }
+            },
+            "required": ["facts"],
+        },
+    },
+}
+
+
+def format_transcript(messages: Sequence[Message], *, max_chars: int | None = None) -> str:
+    """``[time] ROLE: text`` lines (runtime context stripped, tool calls named)."""
+    out: list[str] = []
+    for m in messages:
+        if m.get("_command"):
+            continue
+        role = str(m.get("role", "unknown")).upper()
+        ts = str(m.get("timestamp") or "?")[:16]
+        text = public_text(m)
+        calls = m.get("tool_calls") or []
+        if calls:
+            names = ", ".join(c.get("function", {}).get("name", "?") for c in calls)
+            text = f"{text} [tools: {names}]".strip()
+        if m.get("media"):
+            text = "\n".join(f"[image: {p}]" for p in m["media"]) + ("\n" + text if text else "")
+        if not text:
+            continue
+        out.append(f"[{ts}] {role}: {text}")
+    result = "\n".join(out)
+    if max_chars is not None and len(result) > max_chars:
+        result = result[:max_chars]
+    return result
+
+
+def raw_entry(
+    messages: Sequence[Message], *, session_key: str, start: int, end: int, reason: str,
+    max_chars: int = RAW_MAX_CHARS,
+) -> str:
+    """The bounded ``[RAW]`` fallback; it says where the full messages still are."""
+    body = format_transcript(messages)
+    header = f"[RAW] {end - start} messages (summary failed: {reason})"
+    if len(body) > max_chars:
+        body = body[:max_chars] + (
+            f"\n... (truncated; the full messages remain in session {session_key} "
+            f"#{start}-{end - 1})"
+        )
+    return f"{header}\n{body}"

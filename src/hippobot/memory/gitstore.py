@@ -1,0 +1,801 @@
+"""Memory versions: a small git repository at the workspace root, written with dulwich.
+
+Invariants:
+
+* Only the store paths (the tracked memory files plus ``.gitignore``) are ever written
+  into a commit; every other entry of HEAD's tree is carried over untouched, and files
+  outside the store are never read or staged.
+* No method overwrites a tracked file whose working copy differs from HEAD without
+  first committing it (``manual: edits before restore``); only :meth:`GitStore.revert`
+  writes tracked files at all, and it writes nothing when any file would conflict.
+* A commit is made only when the new tree differs from HEAD's: never an empty commit.
+* Writers (``init``, ``commit``, ``revert``) hold ``.hippobot/locks/git.lock`` so several
+  processes can share one workspace.
+* A ``.git`` that cannot be read makes the store *unavailable* (a one-line reason)
+  instead of raising on construction, so chat keeps working without versions.
+* No ``git`` binary is used. All methods are blocking: call them from async code
+  through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+import tempfile
+import time
+import zlib
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import AnyStr, Literal
+
+from dulwich.errors import (
+    ChecksumMismatch,
+    FileFormatException,
+    NotGitRepository,
+    ObjectMissing,
+    WrongObjectException,
+)
+from dulwich.index import commit_tree
+from dulwich.object_store import iter_tree_contents
+from dulwich.objects import Blob, Commit
+from dulwich.repo import Repo
+from filelock import FileLock, Timeout
+
+from hippobot.errors import HippobotError, StorageError, UserError
+
+__all__ = [
+    "AUTHOR",
+    "CURSOR_PATH",
+    "DEFAULT_TRACKED",
+    "CommitDiff",
+    "CommitInfo",
+    "DiffSummary",
+    "FileStat",
+    "GitStore",
+    "RevertConflict",
+    "RevertRefused",
+    "RevertResult",
+    "UnknownCommit",
+    "VersioningUnavailable",
+    "dream_message",
+    "merge3",
+    "merge_lines",
+]
+
+log = logging.getLogger(__name__)
+
+AUTHOR = "hippobot <hippobot@dream>"
+DEFAULT_TRACKED: tuple[str, ...] = (
+    "SOUL.md",
+    "USER.md",
+    "memory/MEMORY.md",
+    "memory/.dream_cursor",
+)
+CURSOR_PATH = "memory/.dream_cursor"
+GITIGNORE = ".gitignore"
+INIT_MESSAGE = "init: memory store"
+MANUAL_MESSAGE = "manual: edits before restore"
+DIFF_CAP = 6_000
+TRUNCATED = "...[diff truncated]"
+_SHORT = 8
+_MIN_PREFIX = 4
+_FILE_MODE = 0o100644
+# Errors that mean "the repository's data cannot be read", as opposed to our own bugs.
+_CORRUPT_ERRORS = (
+    KeyError,
+    ObjectMissing,
+    ChecksumMismatch,
+    FileFormatException,
+    WrongObjectException,
+    zlib.error,
+)
+
+Snapshot = dict[str, bytes]
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+_LINE_B = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+
+
+# --- errors -------------------------------------------------------------------------
+
+
+class VersioningUnavailable(HippobotError):
+    """The memory history is missing, unreadable or busy; ``reason`` is one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UnknownCommit(UserError):
+    """A sha prefix matched no version, or several; ``recent`` lists valid short shas."""
+
+    def __init__(self, message: str, *, recent: Sequence[str] = ()) -> None:
+        hint = f" (recent versions: {', '.join(recent)})" if recent else ""
+        super().__init__(message + hint)
+        self.recent = list(recent)
+
+
+class RevertRefused(UserError):
+    """The commit cannot be undone (the root commit has nothing before it)."""
+
+
+class RevertConflict(UserError):
+    """Undoing the commit clashes with later edits; nothing on disk was changed."""
+
+    def __init__(self, sha: str, files: Sequence[str]) -> None:
+        super().__init__(
+            f"cannot undo {sha[:_SHORT]}: later edits to {', '.join(files)} touch the same "
+            "lines; nothing was changed. Edit the file(s) by hand instead."
+        )
+        self.sha = sha
+        self.files = list(files)
+
+
+# --- data ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """Lines added/removed in one file; ``binary`` when it is not UTF-8 text."""
+
+    path: str
+    added: int
+    removed: int
+    binary: bool = False
+
+    def line(self) -> str:
+        if self.binary:
+            return f"{self.path}: binary or non-UTF-8 file changed"
+        return f"{self.path}: +{self.added} -{self.removed}"
+
+
+@dataclass(frozen=True)
+class DiffSummary:
+    """Changes between two states; falsy when nothing changed (CRLF-only edits ignored)."""
+
+    files: tuple[FileStat, ...]
+    diff: str
+    truncated: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(f.path for f in self.files)
+
+    @property
+    def insertions(self) -> int:
+        return sum(f.added for f in self.files)
+
+    @property
+    def deletions(self) -> int:
+        return sum(f.removed for f in self.files)
+
+    def stats(self) -> str:
+        """Per-file ``path: +A -R`` lines and a totals line ("" when unchanged)."""
+        if not self.files:
+            return ""
+        n = len(self.files)
+        totals = (
+            f"{n} file{'s' if n != 1 else ''} changed, {self.insertions} insertion(s)(+), "
+            f"{self.deletions} deletion(s)(-)"
+        )
+        return "\n".join([*(f.line() for f in self.files), totals])
+
+    @property
+    def text(self) -> str:
+        """Stats followed by the fenced unified diff ("" when unchanged)."""
+        if not self.files:
+            return ""
+        return f"{self.stats()}\n\n```diff\n{self.diff}\n```" if self.diff else self.stats()
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    short_sha: str
+    message: str
+    subject: str
+    time: str  # local time, "YYYY-MM-DD HH:MM"
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CommitDiff(CommitInfo):
+    diff: str  # unified diff against the first parent; the root shows additions only
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    """``new_sha`` is None when the commit's changes were already gone (nothing done)."""
+
+    reverted: str
+    new_sha: str | None
+    files: tuple[str, ...]
+    manual_sha: str | None = None  # the "manual: edits before restore" commit, if any
+
+
+def dream_message(when: str, summary: DiffSummary) -> str:
+    """``dream: <when>, <n> change(s)`` plus the summary; n counts changed files."""
+    head = f"dream: {when}, {len(summary.files)} change(s)"
+    return f"{head}\n\n{summary.text}" if summary else head
+
+
+# --- three-way merge ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hunk:
+    start: int  # base[start:end] is replaced by lines
+    end: int
+    lines: list
+    side: int  # 0 = ours, 1 = theirs
+
+
+def _hunks(base: Sequence, other: Sequence, side: int) -> list[_Hunk]:
+    matcher = difflib.SequenceMatcher(None, base, other, autojunk=False)
+    return [
+        _Hunk(i1, i2, list(other[j1:j2]), side)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+def _joins(lo: int, hi: int, hunk: _Hunk) -> bool:
+    """Does ``hunk`` (sorted after the cluster base[lo:hi]) clash with it?
+
+    Hunks clash when they share a base line, when an insertion falls strictly inside
+    the other's range, or when both insert at the same point. Hunks that merely touch
+    (one ends where the other starts) are merged side by side.
+    """
+    if hunk.start < hi:
+        return True
+    return hunk.start == hi and lo == hi and hunk.start == hunk.end
+
+
+def _apply(base: Sequence, lo: int, hi: int, hunks: list[_Hunk]) -> list:
+    out: list = []
+    pos = lo
+    for h in hunks:
+        out.extend(base[pos : h.start])
+        out.extend(h.lines)
+        pos = h.end
+    out.extend(base[pos:hi])
+    return out
+
+
+def merge_lines(base: Sequence, ours: Sequence, theirs: Sequence) -> list | None:
+    """Line-wise three-way merge; None when both sides change the same lines differently.
+
+    Invariants: ``merge_lines(b, o, b) == o``, ``merge_lines(b, b, t) == t`` and
+    ``merge_lines(b, x, x) == x``.
+    """
+    hunks = sorted(
+        [*_hunks(base, ours, 0), *_hunks(base, theirs, 1)], key=lambda h: (h.start, h.end)
+    )
+    out: list = []
+    pos = i = 0
+    while i < len(hunks):
+        lo, hi = hunks[i].start, hunks[i].end
+        group = [hunks[i]]
+        i += 1
+        while i < len(hunks) and _joins(lo, hi, hunks[i]):
+            group.append(hunks[i])
+            hi = max(hi, hunks[i].end)
+            i += 1
+        out.extend(base[pos:lo])
+        mine = _apply(base, lo, hi, [h for h in group if h.side == 0])
+        other = _apply(base, lo, hi, [h for h in group if h.side == 1])
+        sides = {h.side for h in group}
+        if sides == {0}:
+            out.extend(mine)
+        elif sides == {1} or mine == other:
+            out.extend(other)
+        else:
+            return None
+        pos = hi
+    out.extend(base[pos:])
+    return out
+
+
+def _split(text: AnyStr) -> list[AnyStr]:
+    """Lines with their newline kept; ``"".join`` gives the text back exactly."""
+    pattern = _LINE if isinstance(text, str) else _LINE_B
+    return pattern.findall(text)
+
+
+def merge3(base: AnyStr, ours: AnyStr, theirs: AnyStr) -> AnyStr | None:
+    """Three-way merge of two texts (str or bytes) that share ``base``; None on conflict."""
+    merged = merge_lines(_split(base), _split(ours), _split(theirs))
+    return None if merged is None else base[:0].join(merged)
+
+
+# --- diffs --------------------------------------------------------------------------
+
+
+def _text_lines(data: bytes | None) -> list[str]:
+    text = (data or b"").decode("utf-8").replace("\r\n", "\n")
+    return text.split("\n") if text else []
+
+
+def _file_diff(path: str, old: bytes | None, new: bytes | None) -> tuple[FileStat, str] | None:
+    """Stat and unified diff of one file, or None when only line endings changed."""
+    try:
+        a, b = _text_lines(old), _text_lines(new)
+    except UnicodeDecodeError:
+        return FileStat(path, 0, 0, binary=True), ""
+    if a and not a[-1]:
+        a.pop()  # a trailing newline is not a line of its own
+    if b and not b[-1]:
+        b.pop()
+    if a == b and (old is None) == (new is None):
+        return None
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    added = sum(j2 - j1 for tag, _, _, j1, j2 in ops if tag != "equal")
+    removed = sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag != "equal")
+    src = "/dev/null" if old is None else f"a/{path}"
+    dst = "/dev/null" if new is None else f"b/{path}"
+    body = "\n".join(difflib.unified_diff(a, b, src, dst, lineterm=""))
+    return FileStat(path, added, removed), body or f"--- {src}\n+++ {dst}"
+
+
+def summarize(old: Snapshot, new: Snapshot, cap: int | None = DIFF_CAP) -> DiffSummary:
+    """Compare two snapshots ({path: bytes}); the diff text is cut at ``cap`` chars."""
+    stats: list[FileStat] = []
+    bodies: list[str] = []
+    for path in sorted(old.keys() | new.keys()):
+        if old.get(path) == new.get(path):
+            continue
+        result = _file_diff(path, old.get(path), new.get(path))
+        if result is not None:
+            stats.append(result[0])
+            if result[1]:
+                bodies.append(result[1])
+    diff = "\n".join(bodies)
+    truncated = cap is not None and len(diff) > cap
+    if truncated:
+        diff = diff[:cap].rstrip("\n") + "\n" + TRUNCATED
+    return DiffSummary(tuple(stats), diff, truncated)
+
+
+# --- the store ----------------------------------------------------------------------
+
+
+class _Corrupt(Exception):
+    """Internal: the repository is unreadable; the message is the detail."""
+
+
+def _short(sha: bytes | str) -> str:
+    return (sha.decode("ascii") if isinstance(sha, bytes) else sha)[:_SHORT]
+
+
+def _head_sha(repo: Repo) -> bytes | None:
+    """HEAD's commit id, None for a fresh repository; raises _Corrupt for garbage."""
+    raw = repo.refs.read_ref(b"HEAD")
+    if raw is None:
+        raise _Corrupt("HEAD is missing")
+    if raw.startswith(b"ref: "):
+        _, sha = repo.refs.follow(b"HEAD")
+    else:
+        sha = raw
+    if sha is None:
+        return None
+    if not re.fullmatch(rb"[0-9a-f]{40}", sha):
+        raise _Corrupt("HEAD does not point to a commit")
+    return sha
+
+
+def _tree_ids(repo: Repo, tree_id: bytes | None) -> dict[str, bytes]:
+    if tree_id is None:
+        return {}
+    return {
+        e.path.decode("utf-8", "surrogateescape"): e.sha
+        for e in iter_tree_contents(repo.object_store, tree_id)
+        if e.mode is not None and e.mode & 0o170000 == 0o100000  # regular blobs only
+    }
+
+
+def _load(repo: Repo, ids: dict[str, bytes]) -> Snapshot:
+    return {path: repo[sha].as_raw_string() for path, sha in ids.items()}
+
+
+def _local_offset() -> int:
+    offset = datetime.now().astimezone().utcoffset()
+    return int(offset.total_seconds()) if offset else 0
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _ignore_lines(tracked: Sequence[str]) -> list[str]:
+    """``/*`` then, per tracked file, un-ignore its folders (ignoring their other
+    contents) and the file itself; ``!.gitignore`` last."""
+    lines = ["/*"]
+    for path in [p for p in tracked if "/" in p] + [p for p in tracked if "/" not in p]:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            for line in (f"!{folder}/", f"{folder}/*"):
+                if line not in lines:
+                    lines.append(line)
+        if f"!{path}" not in lines:
+            lines.append(f"!{path}")
+    return [*lines, f"!{GITIGNORE}"]
+
+
+def _merge_ignore(existing: str, ours: list[str]) -> str:
+    """Our block goes where the first of our lines was (else at the end), in our order;
+    other lines keep their place, so nothing is duplicated and ours keep their effect."""
+    old = existing.splitlines()
+    first = next((i for i, line in enumerate(old) if line.strip() in ours), len(old))
+    before = [line for line in old[:first] if line.strip() not in ours]
+    after = [line for line in old[first:] if line.strip() not in ours]
+    return "\n".join([*before, *ours, *after]) + "\n"
+
+
+class GitStore:
+    """Versions of the memory files in ``<workspace>/.git`` (see module docstring)."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        tracked: Sequence[str] = DEFAULT_TRACKED,
+        *,
+        lock_timeout: float = 60.0,
+        diff_cap: int = DIFF_CAP,
+    ) -> None:
+        self.workspace = Path(workspace)
+        self.tracked = tuple(self._check_path(p) for p in tracked)
+        self.store_paths = (*self.tracked, GITIGNORE)
+        self._lock_path = self.workspace / ".hippobot" / "locks" / "git.lock"
+        self._lock_timeout = lock_timeout
+        self._diff_cap = diff_cap
+
+    @staticmethod
+    def _check_path(path: str) -> str:
+        parts = Path(path).as_posix().strip("/").split("/")
+        if not path or any(p in ("", ".", "..", ".git") for p in parts):
+            raise ValueError(f"not a workspace-relative file path: {path!r}")
+        return "/".join(parts)
+
+    # -- state --------------------------------------------------------------------
+
+    @property
+    def initialized(self) -> bool:
+        return os.path.lexists(self.workspace / ".git")
+
+    @property
+    def available(self) -> bool:
+        """True when the history exists and can be read."""
+        return self._probe() is None
+
+    @property
+    def broken_reason(self) -> str | None:
+        """One line saying why an existing ``.git`` cannot be used, else None."""
+        return self._probe() if self.initialized else None
+
+    def _probe(self) -> str | None:
+        try:
+            with self._open():
+                return None
+        except VersioningUnavailable as err:
+            return err.reason
+
+    @contextmanager
+    def _open(self) -> Iterator[Repo]:
+        """Open and sanity-check the repository; unreadable data becomes
+        VersioningUnavailable, inside the ``with`` body too."""
+        gitdir = self.workspace / ".git"
+        if not self.initialized:
+            raise VersioningUnavailable(f"memory versioning is not initialised in {self.workspace}")
+        try:
+            repo = Repo(str(self.workspace))
+        except (NotGitRepository, OSError, ValueError, *_CORRUPT_ERRORS) as err:
+            raise self._broken(gitdir, f"cannot open it: {err!r}") from err
+        try:
+            self._check(repo)
+            yield repo
+        except _Corrupt as err:
+            raise self._broken(gitdir, str(err)) from err
+        except _CORRUPT_ERRORS as err:
+            raise self._broken(gitdir, f"missing or damaged data: {err!r}") from err
+        finally:
+            repo.close()
+
+    @staticmethod
+    def _broken(gitdir: Path, detail: str) -> VersioningUnavailable:
+        return VersioningUnavailable(
+            f"memory history {gitdir} is unreadable ({detail}); move it aside to start a new one"
+        )
+
+    @staticmethod
+    def _check(repo: Repo) -> None:
+        head = _head_sha(repo)
+        if head is None:
+            return
+        commit = repo[head]
+        if not isinstance(commit, Commit):
+            raise _Corrupt("HEAD does not point to a commit")
+        for sha in _tree_ids(repo, commit.tree).values():
+            if sha not in repo.object_store:
+                raise _Corrupt(f"object {_short(sha)} is missing")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(self._lock_path), timeout=self._lock_timeout):
+                yield
+        except Timeout as err:
+            raise VersioningUnavailable(
+                f"memory history is busy: {self._lock_path} held for {self._lock_timeout:.0f} s"
+            ) from err
+
+    # -- writing ------------------------------------------------------------------
+
+    def init(self) -> bool:
+        """Create the repository (even inside another git repository) with an
+        ``init: memory store`` commit; True if it was created. Idempotent."""
+        with self._locked():
+            created = not self.initialized
+            if created:
+                self.workspace.mkdir(parents=True, exist_ok=True)
+                Repo.init(str(self.workspace), default_branch=b"main").close()
+            with self._open() as repo:
+                head = _head_sha(repo)
+                if created or head is None or self._ignore_is_ours():
+                    self._write_ignore()
+                if head is None:
+                    self._commit(repo, INIT_MESSAGE)
+            return created
+
+    def _ignore_is_ours(self) -> bool:
+        """A missing .gitignore, or one starting with ``/*``, is managed by us; any
+        other belongs to whoever owns an existing repository and is left alone."""
+        path = self.workspace / GITIGNORE
+        if not path.exists():
+            return True
+        lines = [ln.strip() for ln in path.read_text("utf-8", "replace").splitlines()]
+        return next((ln for ln in lines if ln and not ln.startswith("#")), None) == "/*"
+
+    def _write_ignore(self) -> None:
+        path = self.workspace / GITIGNORE
+        existing = path.read_text("utf-8", "surrogateescape") if path.exists() else ""
+        merged = _merge_ignore(existing, _ignore_lines(self.tracked))
+        if merged != existing:
+            _atomic_write(path, merged.encode("utf-8", "surrogateescape"))
+
+    def commit(self, message: str) -> str | None:
+        """Commit the store paths as they are on disk; the new sha, or None if unchanged."""
+        with self._locked(), self._open() as repo:
+            return self._commit(repo, message)
+
+    def _worktree(self, repo: Repo, head: bytes | None) -> Snapshot:
+        """HEAD's tree with every store path replaced by its file (absent = deleted)."""
+        snap = _load(repo, _tree_ids(repo, repo[head].tree if head else None))
+        for rel in self.store_paths:
+            try:
+                snap[rel] = (self.workspace / rel).read_bytes()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                snap.pop(rel, None)
+        return snap
+
+    def _commit(self, repo: Repo, message: str) -> str | None:
+        head = _head_sha(repo)
+        snap = self._worktree(repo, head)
+        blobs = []
+        for path, data in sorted(snap.items()):
+            blob = Blob.from_string(data)
+            repo.object_store.add_object(blob)
+            blobs.append((path.encode("utf-8", "surrogateescape"), blob.id, _FILE_MODE))
+        tree = commit_tree(repo.object_store, blobs)
+        if head is not None and repo[head].tree == tree:
+            return None
+        now, offset = int(time.time()), _local_offset()
+        commit = Commit()
+        commit.tree = tree
+        commit.parents = [head] if head else []
+        commit.author = commit.committer = AUTHOR.encode()
+        commit.author_time = commit.commit_time = now
+        commit.author_timezone = commit.commit_timezone = offset
+        commit.message = message.rstrip("\n").encode("utf-8") + b"\n"
+        repo.object_store.add_object(commit)
+        subject = b"commit: " + commit.message.splitlines()[0]
+        kwargs = {"committer": commit.committer, "timestamp": now, "timezone": offset}
+        if head is None:
+            ok = repo.refs.add_if_new(b"HEAD", commit.id, message=subject, **kwargs)
+        else:
+            ok = repo.refs.set_if_equals(b"HEAD", head, commit.id, message=subject, **kwargs)
+        if not ok:
+            raise StorageError("memory history moved while committing; nothing was committed")
+        self._stage(repo)
+        return commit.id.decode("ascii")
+
+    def _stage(self, repo: Repo) -> None:
+        # Keeps the index in step with HEAD so `git status` in any client is clean;
+        # our commits never read the index, so a failure here only affects that view.
+        try:
+            worktree = repo.get_worktree() if hasattr(repo, "get_worktree") else repo
+            worktree.stage(list(self.store_paths))
+        except Exception as err:  # best effort by design, see above
+            log.warning("could not update the git index in %s: %s", self.workspace, err)
+
+    # -- reading ------------------------------------------------------------------
+
+    def _resolve(self, repo: Repo, prefix: str) -> bytes:
+        """The one commit reachable from HEAD (whole history) whose sha starts with prefix."""
+        want = prefix.strip().lower()
+        head = _head_sha(repo)
+        matches: list[bytes] = []
+        if len(want) >= _MIN_PREFIX and re.fullmatch(r"[0-9a-f]+", want):
+            matches = [
+                c.id
+                for c in self._walk(repo, head, all_parents=True)
+                if c.id.decode("ascii").startswith(want)
+            ]
+        if len(matches) == 1:
+            return matches[0]
+        recent = [_short(c.id) for _, c in zip(range(5), self._walk(repo, head), strict=False)]
+        what = "is ambiguous" if matches else "matches no memory version"
+        raise UnknownCommit(f"{prefix!r} {what}", recent=recent)
+
+    @staticmethod
+    def _walk(repo: Repo, head: bytes | None, *, all_parents: bool = False) -> Iterator[Commit]:
+        """Commits from HEAD, newest first: the first-parent line, or every ancestor."""
+        todo, seen = deque([head] if head else []), set()
+        while todo:
+            sha = todo.popleft()
+            if sha in seen:
+                continue
+            seen.add(sha)
+            commit = repo[sha]
+            yield commit
+            todo.extend(commit.parents if all_parents else commit.parents[:1])
+
+    def _info(self, repo: Repo, commit: Commit) -> CommitInfo:
+        parent = repo[commit.parents[0]].tree if commit.parents else None
+        old, new = _tree_ids(repo, parent), _tree_ids(repo, commit.tree)
+        files = tuple(sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p)))
+        message = commit.message.decode("utf-8", "replace").rstrip("\n")
+        sha = commit.id.decode("ascii")
+        return CommitInfo(
+            sha=sha,
+            short_sha=sha[:_SHORT],
+            message=message,
+            subject=message.split("\n", 1)[0],
+            time=datetime.fromtimestamp(commit.commit_time).strftime("%Y-%m-%d %H:%M"),
+            files=files,
+        )
+
+    def log(self, limit: int = 20, prefix: str | None = None) -> list[CommitInfo]:
+        """First-parent history, newest first; with ``prefix`` only commits whose
+        message starts with it are returned (and counted toward ``limit``)."""
+        out: list[CommitInfo] = []
+        with self._open() as repo:
+            for commit in self._walk(repo, _head_sha(repo)):
+                if len(out) >= limit:
+                    break
+                if prefix is None or commit.message.decode("utf-8", "replace").startswith(prefix):
+                    out.append(self._info(repo, commit))
+        return out
+
+    def show(self, sha_prefix: str) -> CommitDiff:
+        """One version and its full unified diff against its first parent."""
+        with self._open() as repo:
+            commit = repo[self._resolve(repo, sha_prefix)]
+            parent = repo[commit.parents[0]].tree if commit.parents else None
+            summary = summarize(
+                _load(repo, _tree_ids(repo, parent)),
+                _load(repo, _tree_ids(repo, commit.tree)),
+                cap=None,
+            )
+            info = self._info(repo, commit)
+        return CommitDiff(**vars(info), diff=summary.diff)
+
+    def diff_summary(
+        self, old_sha: str | None = None, new: Literal["worktree"] | str = "worktree"
+    ) -> DiffSummary:
+        """Changes from ``old_sha`` (default HEAD) to the working files or a commit."""
+        with self._open() as repo:
+            head = _head_sha(repo)
+            old = self._resolve(repo, old_sha) if old_sha else head
+            before = _load(repo, _tree_ids(repo, repo[old].tree if old else None))
+            if new == "worktree":
+                after = self._worktree(repo, head)
+            else:
+                after = _load(repo, _tree_ids(repo, repo[self._resolve(repo, new)].tree))
+        return summarize(before, after, cap=self._diff_cap)
+
+    # -- undo ---------------------------------------------------------------------
+
+    def revert(self, sha_prefix: str, *, message: str | None = None) -> RevertResult:
+        """Undo exactly one commit as a new commit, keeping every later change.
+
+        Per file changed by the commit: three-way merge of base = the commit's version,
+        ours = the working file, theirs = the parent's version. Any conflict raises
+        RevertConflict before anything is written or committed. ``memory/.dream_cursor``
+        never conflicts: it is set to its value in the commit's parent. Uncommitted
+        edits are first committed as ``manual: edits before restore``.
+        """
+        with self._locked(), self._open() as repo:
+            target = self._resolve(repo, sha_prefix)
+            commit = repo[target]
+            short = _short(target)
+            if not commit.parents:
+                raise RevertRefused(f"{short} is the first version; there is nothing before it")
+            head = _head_sha(repo)
+            base = _load(repo, _tree_ids(repo, commit.tree))
+            theirs = _load(repo, _tree_ids(repo, repo[commit.parents[0]].tree))
+            ours = self._worktree(repo, head)
+            changed = [p for p in self.store_paths if base.get(p) != theirs.get(p)]
+            merged, conflicts = {}, []
+            for path in changed:
+                result = self._merge_file(path, base.get(path), ours.get(path), theirs.get(path))
+                if result is False:
+                    conflicts.append(path)
+                else:
+                    merged[path] = result
+            if conflicts:
+                raise RevertConflict(target.decode("ascii"), conflicts)
+            writes = {p: v for p, v in merged.items() if v != ours.get(p)}
+            if not writes:
+                return RevertResult(target.decode("ascii"), None, ())
+            manual = self._commit(repo, MANUAL_MESSAGE)
+            self._apply_writes(writes)
+            summary = summarize(
+                {p: ours[p] for p in writes if p in ours},
+                {p: v for p, v in writes.items() if v is not None},
+                cap=None,
+            )
+            subject = message or f"restore: undo {short}"
+            new_sha = self._commit(repo, f"{subject}\n\n{summary.stats()}")
+            return RevertResult(target.decode("ascii"), new_sha, tuple(writes), manual)
+
+    @staticmethod
+    def _merge_file(
+        path: str, base: bytes | None, ours: bytes | None, theirs: bytes | None
+    ) -> bytes | Literal[False] | None:
+        """Merged content, None for "file absent", False for a conflict."""
+        if ours == base:
+            return theirs
+        if theirs == base or ours == theirs:
+            return ours
+        merged = None
+        if None not in (base, ours, theirs):
+            merged = merge3(base, ours, theirs)  # type: ignore[type-var]
+        if merged is not None:
+            return merged
+        # Later Dream runs moved the cursor: it follows the restored state.
+        return theirs if path == CURSOR_PATH else False
+
+    def _apply_writes(self, writes: dict[str, bytes | None]) -> None:
+        for rel, data in writes.items():
+            path = self.workspace / rel
+            try:
+                if data is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    _atomic_write(path, data)
+            except OSError as err:
+                raise StorageError(f"could not write {path}: {err.strerror or err}") from err

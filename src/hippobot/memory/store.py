@@ -1,0 +1,651 @@
+"""The memory files of a workspace: durable Markdown, the history archive and its cursors.
+
+Layout (SPEC 3)::
+
+    SOUL.md  USER.md
+    memory/MEMORY.md
+    memory/history.jsonl      one HistoryEntry per line, cursors strictly increasing
+    memory/.cursor            last cursor allocated (decimal, no newline needed)
+    memory/.dream_cursor      last cursor a completed Dream processed (decimal)
+    memory/HISTORY.md         nanobot's legacy archive, migrated once, kept as .bak
+
+Invariants this module keeps:
+
+* Every rewrite is atomic (:func:`atomic_write_text`): a reader sees the old file or the
+  new one, never half of either, and a failed write leaves the old file in place.
+* ``history.jsonl`` is only appended to, except by :meth:`MemoryStore.compact_history`
+  and the one-time legacy migration, which rewrite it atomically.
+* Appending allocates ``max(.cursor, last cursor in the file, .dream_cursor) + 1`` under
+  a cross-process lock (``.hippobot/locks/history.lock``), so two processes never hand
+  out the same cursor, and a new entry is never hidden behind the Dream cursor.
+* Text is cleaned before it is written: reasoning blocks removed, secrets redacted,
+  size capped. The archive never holds a key that the store was able to recognise.
+* Reading is forgiving: invalid lines (a crash's torn last line, a hand edit) are
+  skipped with one warning; a garbage ``.cursor`` is rebuilt from the file, a garbage
+  ``.dream_cursor`` becomes 0 (everything pending again; nothing is lost).
+
+Locking order is always the in-process mutex first, then the file lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from hippobot.errors import StorageError
+from hippobot.memory.history import (
+    HistoryEntry,
+    HistorySource,
+    format_timestamp,
+    parse_chunk,
+    parse_line,
+    split_legacy_history,
+    strip_think,
+)
+from hippobot.memory.redact import redact_exact, redact_secrets
+
+__all__ = [
+    "DEFAULT_KEEP_ENTRIES",
+    "HISTORY_ENTRY_HARD_CAP",
+    "TRUNCATION_SUFFIX",
+    "MemoryStore",
+    "StoreStats",
+    "atomic_write_bytes",
+    "atomic_write_text",
+]
+
+logger = logging.getLogger(__name__)
+
+HISTORY_ENTRY_HARD_CAP = 64_000
+TRUNCATION_SUFFIX = "\n... (truncated)"
+DEFAULT_KEEP_ENTRIES = 1000
+LOCK_TIMEOUT_S = 60.0
+
+_DECIMAL = re.compile(r"\d+")
+_TAIL_BLOCK = 4096
+_TAIL_BLOCK_MAX = 1 << 20
+# Bytes before the parsed offset that must be unchanged for an incremental read to be
+# trusted (guards against a file rewritten in place to a larger size).
+_ANCHOR = 64
+
+
+# --- atomic writes ----------------------------------------------------------------------
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
+
+    A temp file in the same directory is written, fsynced, renamed over ``path`` and the
+    directory fsynced. The file keeps the mode of the file it replaces (new files get the
+    usual umask-derived mode). On failure the temp file is removed, the old file is left
+    untouched and :class:`StorageError` is raised.
+    """
+    path = Path(path)
+    directory = path.parent
+    tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise StorageError(
+            f"could not write {path}: {exc}; the previous file is unchanged"
+        ) from exc
+    _fsync_dir(directory)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return ""
+
+
+# --- the store --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """How much reading the store did; lets tests prove the fast paths are taken."""
+
+    full_reads: int = 0  # whole history.jsonl read (load, max scan, compaction)
+    tail_reads: int = 0  # last entry found by reading backwards from the end
+    incremental_reads: int = 0  # only the bytes appended since the last read parsed
+
+
+@dataclass(slots=True)
+class _HistoryCache:
+    """Parsed complete lines of history.jsonl up to byte ``offset``."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+    offset: int
+    anchor: bytes
+    entries: list[HistoryEntry]
+    tail: HistoryEntry | None  # a valid last line that has no newline yet
+
+
+class MemoryStore:
+    """File access for a workspace's memory; safe across threads and processes.
+
+    ``known_secrets`` are exact strings (configured API keys) removed from every history
+    entry in addition to the recognised token shapes. ``clock`` gives the local time used
+    for new entries' timestamps.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        known_secrets: Iterable[str] = (),
+        clock: Callable[[], datetime] = datetime.now,
+        migrate: bool = True,
+    ) -> None:
+        self.workspace = Path(workspace)
+        self.memory_dir = self.workspace / "memory"
+        self.memory_path = self.memory_dir / "MEMORY.md"
+        self.history_path = self.memory_dir / "history.jsonl"
+        self.cursor_path = self.memory_dir / ".cursor"
+        self.dream_cursor_path = self.memory_dir / ".dream_cursor"
+        self.legacy_history_path = self.memory_dir / "HISTORY.md"
+        self.soul_path = self.workspace / "SOUL.md"
+        self.user_path = self.workspace / "USER.md"
+        self.lock_path = self.workspace / ".hippobot" / "locks" / "history.lock"
+        self.stats = StoreStats()
+        self._known_secrets = tuple(known_secrets)
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._file_lock = FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
+        self._tail_key: tuple[int, int, int] | None = None  # (ino, size, mtime_ns)
+        self._tail_cursor = 0
+        self._cache: _HistoryCache | None = None
+        self._warned_torn: tuple[int, int] | None = None
+        self._warned_truncation = False
+        if migrate:
+            try:
+                self.migrate_legacy()
+            except StorageError as exc:
+                # Reads still work; the migration is tried again by the next store.
+                logger.warning("legacy history migration postponed: %s", exc)
+
+    # --- durable Markdown files ----------------------------------------------------------
+
+    def read_memory(self) -> str:
+        return _read_text(self.memory_path)
+
+    def read_soul(self) -> str:
+        return _read_text(self.soul_path)
+
+    def read_user(self) -> str:
+        return _read_text(self.user_path)
+
+    def write_memory(self, text: str) -> None:
+        atomic_write_text(self.memory_path, text)
+
+    def write_soul(self, text: str) -> None:
+        atomic_write_text(self.soul_path, text)
+
+    def write_user(self, text: str) -> None:
+        atomic_write_text(self.user_path, text)
+
+    # --- locking --------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the in-process mutex and the cross-process history lock."""
+        with self._mutex:
+            try:
+                self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+                self._file_lock.acquire()
+            except Timeout as exc:
+                raise StorageError(
+                    f"another process has held {self.lock_path} for over {LOCK_TIMEOUT_S:.0f}s"
+                ) from exc
+            except OSError as exc:
+                raise StorageError(f"could not lock {self.lock_path}: {exc}") from exc
+            try:
+                yield
+            finally:
+                self._file_lock.release()
+
+    # --- cursors ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_counter(path: Path) -> int | str | None:
+        """The decimal in ``path``; ``None`` when missing; the raw text when it is garbage."""
+        try:
+            raw = path.read_bytes().decode("utf-8", errors="replace")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        text = raw.strip()
+        return int(text) if _DECIMAL.fullmatch(text) else raw
+
+    def _counter(self) -> int | None:
+        """``.cursor``'s value; garbage is repaired from the file's largest cursor."""
+        value = self._read_counter(self.cursor_path)
+        if value is None or isinstance(value, int):
+            return value
+        with self._locked():
+            value = self._read_counter(self.cursor_path)  # another process may have fixed it
+            if value is None or isinstance(value, int):
+                return value
+            repaired = self._max_cursor_in_file()
+            atomic_write_text(self.cursor_path, str(repaired))
+        logger.warning(
+            "%s held %r, not a cursor; rebuilt it as %d from %s",
+            self.cursor_path,
+            value[:40],
+            repaired,
+            self.history_path.name,
+        )
+        return repaired
+
+    def last_cursor(self) -> int:
+        """The last cursor allocated (0 when there is no history)."""
+        with self._mutex:
+            return max(self._counter() or 0, self._last_cursor_in_file())
+
+    def dream_cursor(self) -> int:
+        """The last cursor a completed Dream processed; 0 when missing.
+
+        Garbage is rewritten as 0 with a warning: every entry counts as pending again,
+        which can repeat work but never skips an entry.
+        """
+        value = self._read_counter(self.dream_cursor_path)
+        if value is None or isinstance(value, int):
+            return value or 0
+        with self._locked():
+            value = self._read_counter(self.dream_cursor_path)
+            if value is None or isinstance(value, int):
+                return value or 0
+            atomic_write_text(self.dream_cursor_path, "0")
+        logger.warning(
+            "%s held %r, not a cursor; reset it to 0, so Dream will re-read every "
+            "history entry (nothing is lost)",
+            self.dream_cursor_path,
+            value[:40],
+        )
+        return 0
+
+    def set_dream_cursor(self, cursor: int) -> None:
+        """Record that a completed Dream processed every entry up to ``cursor``."""
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise ValueError(f"dream cursor must be a non-negative int, got {cursor!r}")
+        with self._locked():
+            atomic_write_text(self.dream_cursor_path, str(cursor))
+
+    def pending_count(self) -> int:
+        """How many history entries a Dream has not processed yet."""
+        return len(self.read_history(after=self.dream_cursor()))
+
+    # --- reading the tail -------------------------------------------------------------------
+
+    def _stat_history(self) -> os.stat_result | None:
+        try:
+            return self.history_path.stat()
+        except FileNotFoundError:
+            return None
+
+    def _last_cursor_in_file(self) -> int:
+        """Cursor of the last valid entry, re-reading only the tail when the file changed."""
+        st = self._stat_history()
+        if st is None or st.st_size == 0:
+            return 0
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._tail_key:
+            last = self._read_last_entry(st.st_size)
+            self._tail_cursor = last.cursor if last else 0
+            self._tail_key = key
+        return self._tail_cursor
+
+    def _read_last_entry(self, size: int) -> HistoryEntry | None:
+        """The last parseable entry, reading backwards in doubling blocks.
+
+        Lines are split on the newline byte, which never occurs inside a multibyte UTF-8
+        sequence, so a block boundary cannot corrupt a line we decode. Unparseable
+        trailing lines (a torn write) are skipped and the search goes on backwards.
+        """
+        self.stats.tail_reads += 1
+        block = _TAIL_BLOCK
+        pos = size
+        pending = b""
+        with open(self.history_path, "rb") as fh:
+            while pos > 0:
+                step = min(block, pos)
+                pos -= step
+                fh.seek(pos)
+                pending = fh.read(step) + pending
+                lines = pending.split(b"\n")
+                pending = lines.pop(0) if pos > 0 else b""
+                for raw in reversed(lines):
+                    entry = parse_line(raw.decode("utf-8", errors="replace"))
+                    if entry is not None:
+                        return entry
+                block = min(block * 2, _TAIL_BLOCK_MAX)
+        return None
+
+    def _max_cursor_in_file(self) -> int:
+        with self._mutex:
+            return max((e.cursor for e in self._entries()), default=0)
+
+    # --- appending --------------------------------------------------------------------------
+
+    def _prepare(self, content: str, max_chars: int) -> str:
+        text = strip_think(content).rstrip()
+        text = redact_exact(redact_secrets(text), self._known_secrets)
+        if len(text) > max_chars:
+            if not self._warned_truncation:
+                logger.warning(
+                    "history entry of %d chars cut to %d (further cuts not reported)",
+                    len(text),
+                    max_chars,
+                )
+                self._warned_truncation = True
+            keep = max(0, max_chars - len(TRUNCATION_SUFFIX))
+            text = text[:keep].rstrip() + TRUNCATION_SUFFIX
+        return text
+
+    def append_history(
+        self,
+        content: str,
+        *,
+        session_key: str | None,
+        source: HistorySource | None = None,
+        max_chars: int = HISTORY_ENTRY_HARD_CAP,
+        timestamp: str | None = None,
+    ) -> HistoryEntry:
+        """Append one entry and return it with its newly allocated cursor.
+
+        ``content`` is cleaned (reasoning removed, trailing space stripped, secrets
+        redacted, capped at ``max_chars`` with ``"\\n... (truncated)"``). The line is
+        written with a single ``write`` on an ``O_APPEND`` descriptor and fsynced; then
+        ``.cursor`` is replaced atomically. If a crash tore the previous last line, the
+        new line starts on a fresh line so it stays parseable.
+        """
+        text = self._prepare(content, max_chars)
+        stamp = timestamp or format_timestamp(self._clock())
+        with self._locked():
+            cursor = max(self._counter() or 0, self._last_cursor_in_file(), self.dream_cursor()) + 1
+            entry = HistoryEntry(cursor, stamp, text, session_key=session_key, source=source)
+            self._append_line(entry.to_json(), cursor)
+            atomic_write_text(self.cursor_path, str(cursor))
+        return entry
+
+    def _append_line(self, line: str, cursor: int) -> None:
+        data = line.encode("utf-8") + b"\n"
+        try:
+            self.memory_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise StorageError(f"could not open {self.history_path}: {exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if st.st_size > 0 and not self._ends_with_newline(st.st_size):
+                data = b"\n" + data
+            view = memoryview(data)
+            # One write in practice; the loop only matters for a short write, and the
+            # lock keeps any continuation contiguous.
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            after = os.fstat(fd)
+        except OSError as exc:
+            raise StorageError(
+                f"could not append to {self.history_path}: {exc}; earlier entries are intact"
+            ) from exc
+        finally:
+            os.close(fd)
+        self._tail_key = (after.st_ino, after.st_size, after.st_mtime_ns)
+        self._tail_cursor = cursor
+
+    def _ends_with_newline(self, size: int) -> bool:
+        with open(self.history_path, "rb") as fh:
+            fh.seek(size - 1)
+            return fh.read(1) == b"\n"
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read_history(
+        self,
+        *,
+        after: int = 0,
+        session_key: str | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryEntry]:
+        """Valid entries with ``cursor > after``, in file order.
+
+        With ``session_key``, only that session's entries (keyless legacy entries are
+        excluded). With ``limit``, the newest ``limit`` of them. Cheap to call every
+        turn: parsed entries are cached and only appended bytes are parsed again.
+        """
+        with self._mutex:
+            entries = self._entries()
+        selected = [
+            e
+            for e in entries
+            if e.cursor > after and (session_key is None or e.session_key == session_key)
+        ]
+        if limit is not None:
+            selected = selected[-limit:] if limit > 0 else []
+        return selected
+
+    def _entries(self) -> list[HistoryEntry]:
+        st = self._stat_history()
+        if st is None:
+            self._cache = None
+            return []
+        cache = self._cache
+        if cache is None or not self._extend_cache(cache, st):
+            self.stats.full_reads += 1
+            try:
+                data = self.history_path.read_bytes()
+            except FileNotFoundError:
+                self._cache = None
+                return []
+            cache = self._cache = _HistoryCache(st.st_ino, 0, 0, 0, b"", [], None)
+            self._absorb(cache, st, data)
+        return cache.entries + ([cache.tail] if cache.tail else [])
+
+    def _extend_cache(self, cache: _HistoryCache, st: os.stat_result) -> bool:
+        """Bring ``cache`` up to date by parsing the appended bytes; False if it cannot."""
+        if (cache.ino, cache.size, cache.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
+            return True
+        if st.st_ino != cache.ino or st.st_size <= cache.size:
+            return False  # replaced, shrunk or rewritten in place: parse it all again
+        with open(self.history_path, "rb") as fh:
+            start = max(0, cache.offset - len(cache.anchor))
+            fh.seek(start)
+            if fh.read(cache.offset - start) != cache.anchor:
+                return False
+            data = fh.read(st.st_size - cache.offset)
+        self.stats.incremental_reads += 1
+        self._absorb(cache, st, data)
+        return True
+
+    def _absorb(self, cache: _HistoryCache, st: os.stat_result, data: bytes) -> None:
+        """Add ``data`` (the file's bytes from ``cache.offset`` on) to ``cache``.
+
+        Complete lines are parsed once and kept; a final line without its newline is
+        parsed on every call until it is finished. Invalid lines get one warning.
+        """
+        chunk = parse_chunk(data)
+        if chunk.invalid:
+            logger.warning(
+                "%s: skipped %d invalid line(s) after byte %d",
+                self.history_path,
+                chunk.invalid,
+                cache.offset,
+            )
+        cache.entries.extend(chunk.entries)
+        cache.offset += chunk.consumed
+        cache.anchor = (cache.anchor + data[: chunk.consumed])[-_ANCHOR:]
+        cache.size, cache.mtime_ns, cache.tail = st.st_size, st.st_mtime_ns, None
+        if chunk.tail.strip():
+            cache.tail = parse_line(chunk.tail.decode("utf-8", errors="replace"))
+            marker = (cache.offset, len(chunk.tail))
+            if cache.tail is None and self._warned_torn != marker:
+                self._warned_torn = marker
+                logger.warning(
+                    "%s ends in an incomplete line (%d bytes, likely a crash mid-write); "
+                    "skipped it",
+                    self.history_path,
+                    len(chunk.tail),
+                )
+
+    def get_entry(self, cursor: int) -> HistoryEntry | None:
+        """The entry with ``cursor`` (a citation target), or ``None`` if it is gone."""
+        with self._mutex:
+            return next((e for e in self._entries() if e.cursor == cursor), None)
+
+    # --- compaction -------------------------------------------------------------------------
+
+    def compact_history(self, keep: int = DEFAULT_KEEP_ENTRIES) -> int:
+        """Drop the oldest processed entries so at most ``keep`` remain; return how many.
+
+        Entries after the dream cursor are never dropped, even if that keeps more than
+        ``keep``. Invalid lines among the dropped part go too; later lines are kept
+        byte for byte. Cursors stay monotonic because ``.cursor`` is not lowered.
+        """
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        with self._locked():
+            try:
+                data = self.history_path.read_bytes()
+            except FileNotFoundError:
+                return 0
+            self.stats.full_reads += 1
+            raws = data.split(b"\n")
+            # (line index, cursor) of every valid entry, in file order
+            valid = [
+                (i, entry.cursor)
+                for i, raw in enumerate(raws)
+                if (entry := parse_line(raw.decode("utf-8", errors="replace"))) is not None
+            ]
+            dream = self.dream_cursor()
+            first_pending = next(
+                (n for n, (_, cursor) in enumerate(valid) if cursor > dream), len(valid)
+            )
+            drop = min(max(0, len(valid) - keep), first_pending)
+            if drop == 0:
+                return 0
+            counter = max(self._counter() or 0, self._last_cursor_in_file())
+            start = valid[drop][0] if drop < len(valid) else valid[-1][0] + 1
+            kept = b"\n".join(raws[start:])
+            atomic_write_bytes(self.history_path, kept)
+            if counter:
+                atomic_write_text(self.cursor_path, str(counter))
+            self._cache = None
+            self._tail_key = None
+        pending = len(valid) - first_pending
+        if pending > keep:
+            logger.warning(
+                "%d history entries are waiting for Dream (more than %d); run `hippobot dream`",
+                pending,
+                keep,
+            )
+        return drop
+
+    # --- legacy migration -------------------------------------------------------------------
+
+    def migrate_legacy(self) -> int:
+        """Turn nanobot's ``memory/HISTORY.md`` into ``history.jsonl`` once.
+
+        Runs only when HISTORY.md exists and history.jsonl is missing or blank. The old
+        archive counts as already processed (both cursors set to the number of entries),
+        and HISTORY.md is renamed to ``HISTORY.md.bak`` (``.bak.2``, … if taken), never
+        deleted. Returns the number of entries migrated.
+        """
+        if not self.legacy_history_path.is_file():
+            return 0
+        with self._locked():
+            if not self.legacy_history_path.is_file() or self._history_has_content():
+                return 0
+            raw = self.legacy_history_path.read_bytes()
+            mtime = datetime.fromtimestamp(self.legacy_history_path.stat().st_mtime)
+            entries = split_legacy_history(
+                raw.decode("utf-8", errors="replace"), format_timestamp(mtime)
+            )
+            count = len(entries)
+            if count:
+                # Cursors first: a crash before the history write just repeats the migration.
+                atomic_write_text(self.cursor_path, str(count))
+                atomic_write_text(self.dream_cursor_path, str(count))
+                body = "".join(entry.to_json() + "\n" for entry in entries)
+                atomic_write_text(self.history_path, body)
+            backup = self._backup_name()
+            try:
+                os.replace(self.legacy_history_path, backup)
+            except OSError as exc:
+                raise StorageError(f"could not rename {self.legacy_history_path}: {exc}") from exc
+            self._cache = None
+            self._tail_key = None
+        logger.warning(
+            "migrated %d entries from %s into %s; the old file is kept as %s",
+            count,
+            self.legacy_history_path.name,
+            self.history_path.name,
+            backup.name,
+        )
+        return count
+
+    def _history_has_content(self) -> bool:
+        try:
+            with open(self.history_path, "rb") as fh:
+                while chunk := fh.read(65536):
+                    if chunk.strip():
+                        return True
+        except FileNotFoundError:
+            return False
+        return False
+
+    def _backup_name(self) -> Path:
+        candidate = self.legacy_history_path.with_name("HISTORY.md.bak")
+        n = 2
+        while candidate.exists():
+            candidate = self.legacy_history_path.with_name(f"HISTORY.md.bak.{n}")
+            n += 1
+        return candidate

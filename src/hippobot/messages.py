@@ -1,0 +1,104 @@
+"""Chat messages: the one data shape shared by sessions, prompts and providers.
+
+Messages are OpenAI-style chat messages, because that is both the wire format most
+endpoints speak and the on-disk format of session files (SPEC 3.1). They are typed as
+``TypedDict`` so they stay plain JSON-serialisable dicts at the storage boundary while the
+type checker still knows their keys.
+
+Keys starting with ``_`` and ``timestamp``/``media`` are hippobot's own bookkeeping; they are
+persisted but never sent to a model (see :func:`wire_message`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+__all__ = [
+    "RUNTIME_CONTEXT_HEADER",
+    "ContentBlock",
+    "FunctionCall",
+    "Message",
+    "Role",
+    "RuntimeContextMarker",
+    "ToolCall",
+    "content_text",
+    "public_text",
+    "wire_message",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+RUNTIME_CONTEXT_HEADER = "[Runtime Context — metadata only, not instructions]"
+RUNTIME_CONTEXT_FOOTER = "[/Runtime Context]"
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str  # JSON text exactly as the model produced it
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ContentBlock(TypedDict, total=False):
+    type: str  # "text" | "image_url"
+    text: str
+    image_url: dict[str, str]
+
+
+class RuntimeContextMarker(TypedDict):
+    """Where the appended runtime-context block starts, so views can strip it exactly."""
+
+    version: int
+    suffix: str
+
+
+class Message(TypedDict):
+    role: Role
+    content: str | list[ContentBlock] | None
+    tool_calls: NotRequired[list[ToolCall]]
+    tool_call_id: NotRequired[str]
+    name: NotRequired[str]
+    reasoning_content: NotRequired[str]
+    # --- bookkeeping, persisted but never sent -------------------------------------
+    timestamp: NotRequired[str]
+    media: NotRequired[list[str]]  # image paths attached to a user turn
+    _runtime_context: NotRequired[RuntimeContextMarker]
+    _command: NotRequired[bool]  # slash-command echo, hidden from replay
+    _truncated: NotRequired[int]  # original size of a truncated tool result
+
+
+_WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+
+def wire_message(msg: Message | dict[str, Any]) -> dict[str, Any]:
+    """The part of a stored message that is sent to a model."""
+    return {k: msg[k] for k in _WIRE_KEYS if k in msg}  # type: ignore[literal-required]
+
+
+def content_text(content: str | list[ContentBlock] | list[dict[str, Any]] | None) -> str:
+    """Plain text of a message content (image blocks are skipped)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(p for p in parts if p)
+
+
+def public_text(msg: Message | dict[str, Any]) -> str:
+    """Text of a message as a person should read it: runtime context removed exactly.
+
+    Only the recorded suffix is removed, and only when the content really ends with it, so a
+    user who types something that merely looks like a runtime block keeps their text.
+    """
+    text = content_text(msg.get("content"))
+    marker = msg.get("_runtime_context")
+    if isinstance(marker, dict):
+        suffix = marker.get("suffix")
+        if isinstance(suffix, str) and suffix and text.endswith(suffix):
+            text = text[: -len(suffix)].rstrip("\n")
+    return text

@@ -1,0 +1,34 @@
+"""Recall: full-text search over everything the agent remembers (SPEC 4.7).
+
+A derived SQLite FTS5 index under ``workspace/.hippobot/`` covers history entries, every
+session message and the memory Markdown files. The files stay the truth; the index can be
+deleted at any time and rebuilds itself. See ``docs/recall.md``.
+
+Typical use::
+
+    index = RecallIndex(workspace)
+    index.sync()                                   # after each turn (cheap when idle)
+    hits = index.search("dark mode", k=5)          # best first, each with a citation
+    print(index.get(hits[0].citation, around=3))   # the full entry / messages around it
+"""
+
+from __future__ import annotations
+
+from .index import INDEX_DIR, INDEX_FILE, RecallIndex, SyncStats
+from .query import Citation, Hit, RecallError, Scope, parse_citation
+from .tools import format_hits, hits_to_json, recall_tools
+
+__all__ = [
+    "INDEX_DIR",
+    "INDEX_FILE",
+    "Citation",
+    "Hit",
+    "RecallError",
+    "RecallIndex",
+    "Scope",
+    "SyncStats",
+    "format_hits",
+    "hits_to_json",
+    "parse_citation",
+    "recall_tools",
+]

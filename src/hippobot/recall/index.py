@@ -1,0 +1,708 @@
+"""The recall index: a derived SQLite FTS5 database over the workspace's memory files.
+
+``workspace/.hippobot/recall.sqlite3`` holds nothing that is not in the workspace files;
+deleting it loses nothing, the next :meth:`RecallIndex.sync` rebuilds it.
+
+Tables:
+
+* ``files``: one row per source file: its last seen (size, mtime_ns, inode), the byte
+  ``offset`` indexed so far (always the end of a complete line), hashes of its first
+  4 KiB and of the 256 bytes before ``offset``, and for sessions the numbering state.
+* ``docs``: one row per indexed unit with the text as shown to people, the citation
+  number and timestamp. Its ``id`` is the FTS rowid, allocated from a range per kind
+  (memory, history, session) so a scope filter is a rowid range FTS5 can use directly.
+* ``fts``: a contentless FTS5 table (``body``, ``owner``). Rows are deleted by replaying
+  :func:`~hippobot.recall.query.index_text` over ``docs.text``.
+
+Concurrency: WAL mode and a busy timeout; every write happens inside ``BEGIN IMMEDIATE``
+after re-reading ``files`` under that lock, so two processes syncing at once never index
+the same bytes twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .query import (
+    KIND_BOOST,
+    Hit,
+    ParsedQuery,
+    RecallError,
+    Scope,
+    best_snippet,
+    format_file_lines,
+    format_history_entry,
+    format_session_window,
+    format_ts,
+    index_text,
+    match_expression,
+    owner_token,
+    parse_citation,
+    parse_query,
+    score_sql,
+)
+from .sources import (
+    HEAD,
+    TAIL,
+    Doc,
+    FileState,
+    SessionState,
+    SourceFile,
+    can_append,
+    digest,
+    discover,
+    fallback_session_key,
+    parse_new_bytes,
+    read_range,
+)
+
+__all__ = ["INDEX_DIR", "INDEX_FILE", "RecallIndex", "SyncStats"]
+
+log = logging.getLogger("hippobot.recall")
+
+INDEX_DIR = ".hippobot"
+INDEX_FILE = "recall.sqlite3"
+SCHEMA_VERSION = "1"  # bump when the tables or index_text() change: the index is rebuilt
+_TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
+_BUSY_MS = 10_000
+_COMMIT_EVERY = 20_000  # docs per transaction while (re)building
+_CANDIDATES = 1_000  # newest matches scored per kind and pass (bounds query cost)
+_KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}
+_KIND_SPAN = 1 << 40
+_SCOPE_KINDS: dict[str, tuple[str, ...]] = {
+    "all": ("memory", "history", "session"),
+    "history": ("history",),
+    "sessions": ("session",),
+    "memory": ("memory",),
+}
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+
+_SCHEMA = f"""
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE files(
+    id INTEGER PRIMARY KEY, rel TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, inode INTEGER NOT NULL,
+    offset INTEGER NOT NULL, head_len INTEGER NOT NULL, head_hash BLOB NOT NULL,
+    tail_hash BLOB NOT NULL, session_key TEXT, next_num INTEGER NOT NULL, last_ts REAL);
+CREATE INDEX files_session ON files(session_key);
+CREATE TABLE docs(
+    id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, num INTEGER NOT NULL, end_num INTEGER,
+    ts REAL, session_key TEXT, role TEXT, origin TEXT, text TEXT NOT NULL);
+CREATE INDEX docs_file ON docs(file_id, num);
+CREATE VIRTUAL TABLE fts USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
+INSERT INTO meta(key, value) VALUES ('schema', '{SCHEMA_VERSION}');
+"""
+
+# The newest `cap` matches of one kind are scored (bm25 × recency) and the best `k` kept:
+# bounded work even for a term that is in every document.
+_CANDIDATE_SQL = f"""
+SELECT c.id, {score_sql("c.bm25", "coalesce(d.ts, :missing_ts)")} AS score FROM (
+    SELECT rowid AS id, bm25(fts, 1.0, 0.0) AS bm25 FROM fts
+    WHERE fts MATCH :match AND rowid >= :lo AND rowid < :hi ORDER BY rowid DESC LIMIT :cap
+) AS c JOIN docs AS d ON d.id = c.id
+ORDER BY score DESC, c.id DESC LIMIT :k
+"""
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class SyncStats:
+    """What one sync (or rebuild) did; counts of files and documents, not timings alone."""
+
+    files_seen: int = 0
+    files_unchanged: int = 0
+    files_appended: int = 0
+    files_reindexed: int = 0
+    files_new: int = 0
+    files_removed: int = 0
+    docs_added: int = 0
+    docs_removed: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    rebuilt: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line for people, e.g. after ``hippobot memory reindex``."""
+        head = "rebuilt" if self.rebuilt else "synced"
+        return (
+            f"{head} {self.files_seen} files ({self.files_new} new, {self.files_appended} "
+            f"appended, {self.files_reindexed} re-indexed, {self.files_removed} removed): "
+            f"+{self.docs_added} / -{self.docs_removed} entries, "
+            f"{self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
+        )
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+class RecallIndex:
+    """Full-text recall over one workspace. Thread-safe; several processes may share it.
+
+    ``auto_sync`` makes :meth:`search` and :meth:`get` call :meth:`sync` first (a few
+    ``stat`` calls when nothing changed), so results always reflect the files on disk.
+    """
+
+    def __init__(self, workspace: Path, *, auto_sync: bool = True) -> None:
+        self.workspace = Path(workspace)
+        self.path = self.workspace / INDEX_DIR / INDEX_FILE
+        self.auto_sync = auto_sync
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._db_inode = 0
+        self._states: dict[str, FileState] | None = None
+        self._data_version = -1
+        self._next_ids: dict[str, int] = {}
+        self._warnings: list[str] = []
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+                self._states = None
+
+    def __enter__(self) -> RecallIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    def _ensure_open(self) -> None:
+        """Open (or reopen, if the file was deleted or replaced) and check the schema."""
+        if self._conn is not None:
+            try:
+                if os.stat(self.path).st_ino == self._db_inode:
+                    return
+            except FileNotFoundError:
+                pass
+            self.close()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._check_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._db_inode = os.stat(self.path).st_ino
+        self._states = None
+
+    @staticmethod
+    def _check_schema(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            version = None
+            if "meta" in names:
+                row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                version = row[0] if row else None
+            if version != SCHEMA_VERSION:
+                if names:
+                    log.info("recall index schema %s is outdated; rebuilding", version)
+                for name in ("fts", "docs", "files", "meta"):
+                    conn.execute(f"DROP TABLE IF EXISTS {name}")
+                for statement in _SCHEMA.split(";\n"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _guard(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the lock; a corrupt database is deleted, rebuilt, and retried."""
+        with self._lock:
+            try:
+                self._ensure_open()
+                return fn()
+            except sqlite3.DatabaseError as exc:
+                if not _is_corruption(exc):
+                    raise
+                self._recover(exc)
+                return fn()
+
+    def _recover(self, exc: sqlite3.DatabaseError) -> None:
+        message = (
+            f"recall index {self.path} was corrupt ({exc}); rebuilt it from the workspace files"
+        )
+        log.warning(message)
+        self._warnings.append(message)
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._ensure_open()
+        # Rebuild now (a search may not sync); keep the warning for the caller's stats.
+        self._warnings = self._sync().warnings
+
+    # --- sync --------------------------------------------------------------------------
+
+    def sync(self) -> SyncStats:
+        """Bring the index up to date with the files; only changed files are read.
+
+        Unchanged files cost one ``stat`` each. A file that only grew (same inode, same
+        first 4 KiB, same bytes just before the indexed offset) has only its new complete
+        lines indexed; any other change re-indexes that one file.
+        """
+        return self._guard(self._sync)
+
+    def rebuild(self) -> SyncStats:
+        """Drop everything and index the whole workspace again."""
+
+        def run() -> SyncStats:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM docs")
+                db.execute("DELETE FROM files")
+                db.execute("INSERT INTO fts(fts) VALUES ('delete-all')")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._states = None
+            stats = self._sync()
+            started = time.perf_counter()
+            db.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            stats.seconds += time.perf_counter() - started
+            stats.rebuilt = True
+            return stats
+
+        return self._guard(run)
+
+    def _load_states(self) -> dict[str, FileState]:
+        rows = self._db.execute(
+            "SELECT id, rel, kind, size, mtime_ns, inode, offset, head_len, head_hash, "
+            "tail_hash, session_key, next_num, last_ts FROM files"
+        )
+        return {r[1]: FileState(*r) for r in rows}
+
+    def _cached_states(self) -> dict[str, FileState]:
+        # data_version changes only when another connection commits, so an unchanged value
+        # means our cached copy of `files` is current and costs no query.
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if self._states is None or version != self._data_version:
+            self._states = self._load_states()
+            self._data_version = version
+        return self._states
+
+    def _sync(self) -> SyncStats:
+        started = time.perf_counter()
+        stats = SyncStats(warnings=self._warnings)
+        self._warnings = []
+        found = list(discover(self.workspace))
+        stats.files_seen = len(found)
+        states = self._cached_states()
+        present = {sf.rel for sf, _ in found}
+        todo = [(sf, st) for sf, st in found if not _is_current(states.get(sf.rel), st)]
+        if not todo and not any(rel not in present for rel in states):
+            stats.files_unchanged = len(found)
+            return stats
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            states = self._load_states()  # fresh, now that we hold the write lock
+            self._next_ids = {}
+            pending = 0
+            for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):
+                if _is_current(states.get(sf.rel), st):
+                    continue  # another process indexed it meanwhile
+                before = stats.docs_added
+                new_state = self._index_file(sf, states.get(sf.rel), stats)
+                if new_state is not None:
+                    states[sf.rel] = new_state
+                pending += stats.docs_added - before
+                if pending >= _COMMIT_EVERY:
+                    db.execute("COMMIT")
+                    db.execute("BEGIN IMMEDIATE")
+                    pending = 0
+            for rel in [rel for rel in states if rel not in present]:
+                self._drop_file(states.pop(rel), stats)
+                stats.files_removed += 1
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            self._states = None
+            raise
+        self._states = states
+        self._data_version = db.execute("PRAGMA data_version").fetchone()[0]
+        changed = stats.files_appended + stats.files_reindexed + stats.files_new
+        stats.files_unchanged = stats.files_seen - changed
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def _index_file(
+        self, sf: SourceFile, state: FileState | None, stats: SyncStats
+    ) -> FileState | None:
+        """Index what is new in one file (inside the write transaction); returns its state.
+
+        A file that vanished since it was listed keeps its old state; the next sync sees
+        it gone and drops it.
+        """
+        try:
+            fd = os.open(sf.path, os.O_RDONLY)
+        except OSError:
+            return state
+        try:
+            st = os.fstat(fd)
+            if state is not None and sf.kind != "memory" and can_append(fd, st, state):
+                start = state.offset
+                session = SessionState(state.session_key, state.next_num, state.last_ts)
+                stats.files_appended += 1
+            else:
+                if state is not None:
+                    self._delete_docs(state, stats)
+                    stats.files_reindexed += 1
+                else:
+                    stats.files_new += 1
+                start = 0
+                session = SessionState(
+                    fallback_session_key(sf.rel) if sf.kind == "session" else None
+                )
+            data = read_range(fd, start, st.st_size)
+            stats.bytes_read += len(data)
+            end, docs = parse_new_bytes(sf.kind, data, start, session)
+            head_len = min(HEAD, end)
+            head = digest(os.pread(fd, head_len, 0))
+            tail_len = min(TAIL, end)
+            tail = digest(os.pread(fd, tail_len, end - tail_len))
+        finally:
+            os.close(fd)
+        new = FileState(
+            id=state.id if state is not None else 0,
+            rel=sf.rel,
+            kind=sf.kind,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            inode=st.st_ino,
+            offset=end,
+            head_len=head_len,
+            head_hash=head,
+            tail_hash=tail,
+            session_key=session.session_key,
+            next_num=session.next_num,
+            last_ts=session.last_ts,
+        )
+        self._write_state(new)
+        self._insert_docs(sf.kind, new.id, docs, stats)
+        return new
+
+    def _write_state(self, state: FileState) -> None:
+        """Store ``state``; a new file (``id == 0``) gets its id assigned here."""
+        values = (
+            state.size,
+            state.mtime_ns,
+            state.inode,
+            state.offset,
+            state.head_len,
+            state.head_hash,
+            state.tail_hash,
+            state.session_key,
+            state.next_num,
+            state.last_ts,
+        )
+        if state.id:
+            self._db.execute(
+                "UPDATE files SET size=?, mtime_ns=?, inode=?, offset=?, head_len=?, "
+                "head_hash=?, tail_hash=?, session_key=?, next_num=?, last_ts=? WHERE id=?",
+                (*values, state.id),
+            )
+            return
+        cur = self._db.execute(
+            "INSERT INTO files(size, mtime_ns, inode, offset, head_len, head_hash, tail_hash, "
+            "session_key, next_num, last_ts, rel, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*values, state.rel, state.kind),
+        )
+        state.id = int(cur.lastrowid or 0)
+
+    def _next_id(self, kind: str) -> int:
+        if kind not in self._next_ids:
+            base = _KIND_BASE[kind]
+            row = self._db.execute(
+                "SELECT max(id) FROM docs WHERE id >= ? AND id < ?", (base, base + _KIND_SPAN)
+            ).fetchone()
+            self._next_ids[kind] = (row[0] or base) + 1
+        return self._next_ids[kind]
+
+    def _insert_docs(self, kind: str, file_id: int, docs: Iterable[Doc], stats: SyncStats) -> None:
+        next_id = self._next_id(kind)
+        rows: list[tuple[Any, ...]] = []
+        fts_rows: list[tuple[int, str, str]] = []
+        for doc in docs:
+            rows.append(
+                (
+                    next_id,
+                    file_id,
+                    doc.num,
+                    doc.end_num,
+                    doc.ts,
+                    doc.session_key,
+                    doc.role,
+                    doc.origin,
+                    doc.text,
+                )
+            )
+            fts_rows.append((next_id, index_text(doc.text), owner_token(kind, doc.session_key)))
+            next_id += 1
+        self._next_ids[kind] = next_id
+        if rows:
+            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            self._db.executemany("INSERT INTO fts(rowid, body, owner) VALUES (?,?,?)", fts_rows)
+        stats.docs_added += len(rows)
+
+    def _delete_docs(self, state: FileState, stats: SyncStats) -> None:
+        rows = self._db.execute(
+            "SELECT id, text, session_key FROM docs WHERE file_id=?", (state.id,)
+        ).fetchall()
+        self._db.executemany(
+            "INSERT INTO fts(fts, rowid, body, owner) VALUES ('delete', ?, ?, ?)",
+            ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
+        )
+        self._db.execute("DELETE FROM docs WHERE file_id=?", (state.id,))
+        stats.docs_removed += len(rows)
+
+    def _drop_file(self, state: FileState, stats: SyncStats) -> None:
+        self._delete_docs(state, stats)
+        self._db.execute("DELETE FROM files WHERE id=?", (state.id,))
+
+    # --- queries -----------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 8,
+        scope: Scope = "all",
+        session_key: str | None = None,
+        include_other_sessions: bool = True,
+        now: float | None = None,
+    ) -> list[Hit]:
+        """The ``k`` best matches for ``query``, best first.
+
+        Any text is accepted: it is reduced to plain terms, so FTS syntax typed by a user
+        is searched for, never interpreted. Documents containing every term rank before
+        documents containing only some. ``session_key`` marks hits from other sessions;
+        with ``include_other_sessions=False`` they (and other sessions' history entries)
+        are left out.
+        """
+        if scope not in _SCOPE_KINDS:
+            raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
+        k = max(1, min(int(k), 50))
+        parsed = parse_query(query)
+        if not parsed:
+            return []
+
+        def run() -> list[Hit]:
+            if self.auto_sync:
+                self._sync()
+            return self._search(
+                parsed,
+                k,
+                scope,
+                session_key,
+                include_other_sessions,
+                time.time() if now is None else now,
+            )
+
+        return self._guard(run)
+
+    def _search(
+        self,
+        parsed: ParsedQuery,
+        k: int,
+        scope: str,
+        session_key: str | None,
+        include_other: bool,
+        now: float,
+    ) -> list[Hit]:
+        found: dict[int, tuple[int, float]] = {}  # id -> (pass, score)
+        for tier, mode in enumerate(("all", "any")):
+            if tier and (len(found) >= k or len(parsed.terms) == 1):
+                break
+            for kind in _SCOPE_KINDS[scope]:
+                owners = _owner_filter(kind, session_key, include_other)
+                base = _KIND_BASE[kind]
+                params = {
+                    "match": match_expression(parsed, mode=mode, owners=owners),
+                    "lo": base,
+                    "hi": base + _KIND_SPAN,
+                    "cap": _CANDIDATES,
+                    "k": k + len(found),  # earlier-pass hits may come back; keep k new ones
+                    "now": now,
+                    # Memory files are current truth (age 0); an undated row gets no boost.
+                    "missing_ts": now if kind == "memory" else -1e12,
+                }
+                boost = KIND_BOOST[kind]
+                for doc_id, score in self._db.execute(_CANDIDATE_SQL, params):
+                    if doc_id not in found:
+                        found[doc_id] = (tier, score * boost)
+        best = sorted(found.items(), key=lambda item: (item[1][0], -item[1][1], -item[0]))[:k]
+        return self._hits(best, parsed, session_key)
+
+    def _hits(
+        self,
+        best: list[tuple[int, tuple[int, float]]],
+        parsed: ParsedQuery,
+        session_key: str | None,
+    ) -> list[Hit]:
+        if not best:
+            return []
+        ids = [doc_id for doc_id, _ in best]
+        marks = ",".join("?" * len(ids))
+        rows = {
+            r[0]: r
+            for r in self._db.execute(
+                "SELECT d.id, d.num, d.ts, d.session_key, d.role, d.text, f.rel, f.kind "
+                f"FROM docs d JOIN files f ON f.id = d.file_id WHERE d.id IN ({marks})",
+                ids,
+            )
+        }
+        hits = []
+        for doc_id, (_tier, score) in best:
+            if doc_id not in rows:
+                continue
+            _, num, ts, key, role, text, rel, kind = rows[doc_id]
+            snippet, offset = best_snippet(text, parsed)
+            if kind == "history":
+                citation = f"history#{num}"
+            elif kind == "session":
+                citation = f"session {key}#{num}"
+            else:
+                citation = f"{rel}:{num + text.count(chr(10), 0, offset)}"
+            other = bool(session_key and key and kind != "memory" and key != session_key)
+            hits.append(
+                Hit(
+                    citation=citation,
+                    kind=kind,
+                    snippet=snippet,
+                    score=round(score, 6),
+                    timestamp=format_ts(ts),
+                    session_key=key,
+                    other_session=other,
+                    role=role,
+                    source=rel,
+                )
+            )
+        return hits
+
+    def get(
+        self,
+        citation: str,
+        around: int = 3,
+        *,
+        session_key: str | None = None,
+        include_other_sessions: bool = True,
+    ) -> str:
+        """Expand a citation: a full history entry, a session message with ``around``
+        messages either side, or the lines of a memory file around the cited line.
+
+        Raises :class:`RecallError` for text that is not a citation, a citation that no
+        longer exists, or another session's content when ``include_other_sessions`` is off.
+        """
+        cite = parse_citation(citation)
+        if cite is None:
+            raise RecallError(
+                f"not a citation: {citation!r} (expected history#N, session KEY#N or FILE:LINE)"
+            )
+        around = max(0, min(int(around), 50))
+        private = session_key if not include_other_sessions else None
+
+        def run() -> str:
+            if self.auto_sync:
+                self._sync()
+            if cite.kind == "history":
+                return self._get_history(cite.number, private)
+            if cite.kind == "session":
+                key = cite.session_key or ""
+                if private and key != private:
+                    raise RecallError(f"session {key} is not visible from this chat")
+                return self._get_session(key, cite.number, around)
+            return self._get_lines(cite.path or "", cite.number, around)
+
+        return self._guard(run)
+
+    def _get_history(self, number: int, private: str | None) -> str:
+        row = self._db.execute(
+            "SELECT d.num, d.ts, d.session_key, d.origin, d.text FROM docs d "
+            "JOIN files f ON f.id = d.file_id WHERE f.kind = 'history' AND d.num = ? "
+            "ORDER BY d.id DESC LIMIT 1",
+            (number,),
+        ).fetchone()
+        if row is None:
+            raise RecallError(f"no history entry #{number}")
+        if private and row[2] and row[2] != private:
+            raise RecallError(f"history#{number} belongs to another session")
+        return format_history_entry(*row)
+
+    def _get_session(self, key: str, number: int, around: int) -> str:
+        files = self._db.execute(
+            "SELECT id, next_num FROM files WHERE kind = 'session' AND session_key = ? ORDER BY id",
+            (key,),
+        ).fetchall()
+        if not files:
+            raise RecallError(f"no session {key!r} in the index")
+        for file_id, total in files:
+            rows = self._db.execute(
+                "SELECT num, ts, role, text FROM docs WHERE file_id = ? AND num BETWEEN ? AND ? "
+                "ORDER BY num",
+                (file_id, number - around, number + around),
+            ).fetchall()
+            if any(r[0] == number for r in rows):
+                return format_session_window(key, number, total, rows)
+        raise RecallError(f"session {key} has no message #{number} with text")
+
+    def _get_lines(self, rel: str, line: int, around: int) -> str:
+        # Only files the index covers can be opened: a citation is not a path to anywhere.
+        known = self._db.execute(
+            "SELECT 1 FROM files WHERE kind = 'memory' AND rel = ?", (rel,)
+        ).fetchone()
+        if known is None:
+            raise RecallError(f"{rel} is not an indexed memory file")
+        try:
+            lines = (
+                (self.workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+            )
+        except OSError as exc:
+            raise RecallError(f"cannot read {rel}: {exc.strerror}") from exc
+        if not 1 <= line <= len(lines):
+            raise RecallError(f"{rel} has {len(lines)} lines; there is no line {line}")
+        first, last = max(1, line - around), min(len(lines), line + around)
+        return format_file_lines(rel, lines, first, last, line)
+
+
+def _is_current(state: FileState | None, st: os.stat_result) -> bool:
+    return state is not None and state.unchanged(st)
+
+
+def _owner_filter(kind: str, session_key: str | None, include_other: bool) -> list[str] | None:
+    if include_other or not session_key or kind == "memory":
+        return None
+    own = owner_token(kind, session_key)
+    return [own] if kind == "session" else [own, owner_token(kind, None)]

@@ -1,0 +1,387 @@
+"""Text analysis for the recall index: what gets indexed, how a query is matched and shown.
+
+Everything here is pure (no database, no files) so both sides of the index, the writer and
+the searcher, share exactly one definition of a token, and the text a person or the model
+reads is formatted in one place.
+
+Tokenising. The FTS5 table uses ``porter unicode61`` for words. Scripts written without
+spaces between words (Chinese, Japanese, Thai, ...) would come out of ``unicode61`` as one
+giant token per run of characters, so :func:`index_text` rewrites every such run into
+overlapping character bigrams plus the run's last character (``深色模式`` becomes
+``深色 色模 模式 式``). A query run is matched as the phrase of its bigrams, a single
+character as a prefix. This finds two-character words, the most common word length in
+Chinese, which a trigram tokenizer cannot do without a table scan.
+
+Escaping. User text never reaches FTS5 syntax: :func:`parse_query` keeps only token
+characters, every term is emitted as a double-quoted string, and operators (``AND``,
+``NEAR``, ``*``, parentheses, column filters) are only ever written by this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from hippobot.errors import UserError
+
+__all__ = [
+    "KIND_BOOST",
+    "RECENCY_TAU_DAYS",
+    "RECENCY_WEIGHT",
+    "Citation",
+    "Hit",
+    "Kind",
+    "ParsedQuery",
+    "RecallError",
+    "Scope",
+    "Term",
+    "best_snippet",
+    "format_file_lines",
+    "format_history_entry",
+    "format_session_window",
+    "format_ts",
+    "index_text",
+    "match_expression",
+    "owner_token",
+    "parse_citation",
+    "parse_query",
+    "score_sql",
+]
+
+Kind = Literal["history", "session", "memory"]
+Scope = Literal["all", "history", "sessions", "memory"]
+
+# Recency boost: a match from today weighs up to (1 + RECENCY_WEIGHT) times an old one;
+# the extra weight halves after RECENCY_TAU_DAYS (hyperbolic decay: cheap in plain SQL).
+RECENCY_WEIGHT = 0.5
+RECENCY_TAU_DAYS = 30.0
+# Memory files are the current, curated truth; history summaries are distilled facts;
+# raw transcript lines are the noisiest.
+KIND_BOOST: dict[str, float] = {"memory": 1.25, "history": 1.1, "session": 1.0}
+
+# Scripts whose words are not separated by spaces: Han, kana, Hangul, Thai, Lao, Khmer,
+# Myanmar. Kept as one character class so a run of any mix of them is one unit.
+_UNSEGMENTED = (
+    "\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff"
+    "\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029\u3038-\u303b\u3040-\u30ff\u3130-\u318f"
+    "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\U00020000-\U0003134f"
+)
+_UNSEG_RUN = re.compile(f"[{_UNSEGMENTED}]+")
+_UNSEG_CHAR = re.compile(f"[{_UNSEGMENTED}]")
+# Not preceded by a letter/digit of a spaced script (a word may follow CJK directly).
+_WORD_START = f"(?<!(?![{_UNSEGMENTED}])[^\\W_])"
+
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """a an and are as at be but by did do does for from had has have how i if in into is
+        it its me my no not of on or our so that the their them then there these they this to
+        was we were what when where which who why will with you your""",
+    )
+)
+
+_MAX_TERMS = 16
+_MAX_SPANS = 2000  # matches considered when placing a snippet in a very long text
+_PREFIX_MIN = 4  # word terms at least this long also match as a prefix ("sqlite" → "sqlite3")
+
+
+def _bigrams(run: str) -> str:
+    if len(run) == 1:
+        return run
+    grams = [run[i : i + 2] for i in range(len(run) - 1)]
+    grams.append(run[-1])
+    return " ".join(grams)
+
+
+def index_text(text: str) -> str:
+    """The string handed to FTS5 for ``text``: NFKC-normalised, unsegmented runs as bigrams.
+
+    Invariant: deterministic. Rows are deleted from the contentless FTS table by replaying
+    this exact output, so a change here must bump the index schema version.
+    """
+    text = unicodedata.normalize("NFKC", text)
+    return _UNSEG_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+
+
+def owner_token(kind: str, session_key: str | None) -> str:
+    """Token in the ``owner`` column naming which session a row belongs to.
+
+    Digits only after the ``k`` so the porter stemmer leaves it alone.
+    """
+    if kind == "memory":
+        return "kmemory"
+    if not session_key:
+        return "knone"
+    digest = hashlib.sha1(session_key.encode("utf-8")).hexdigest()
+    return f"k{int(digest[:15], 16)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One query term: a word (matched stemmed) or a run of unsegmented script."""
+
+    text: str
+    cjk: bool
+
+    def fts(self, *, prefix: bool) -> str:
+        """The term as an FTS5 string; only token characters, so quoting is safe."""
+        if self.cjk:
+            if len(self.text) == 1:
+                return f'"{self.text}"*'
+            grams = [self.text[i : i + 2] for i in range(len(self.text) - 1)]
+            return '"' + " ".join(grams) + '"'
+        star = "*" if prefix and len(self.text) >= _PREFIX_MIN else ""
+        return f'"{self.text}"{star}'
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    terms: tuple[Term, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+
+def _char_class(ch: str) -> int:
+    """0 separator, 1 word character (unicode61: L*, N*, Co, M*), 2 unsegmented script."""
+    if _UNSEG_CHAR.match(ch):
+        return 2
+    cat = unicodedata.category(ch)
+    return 1 if cat[0] in "LNM" or cat == "Co" else 0
+
+
+def _tokens(text: str) -> Iterator[tuple[str, bool]]:
+    """Runs of word characters and runs of unsegmented script, as ``(run, is_cjk)``."""
+    run: list[str] = []
+    current = 0
+    for ch in text:
+        cls = _char_class(ch)
+        if cls != current and run:
+            yield "".join(run), current == 2
+            run = []
+        current = cls
+        if cls:
+            run.append(ch)
+    if run:
+        yield "".join(run), current == 2
+
+
+def parse_query(text: str) -> ParsedQuery:
+    """Split free text into plain terms; FTS syntax characters simply disappear.
+
+    Stop words are dropped unless nothing else is left, duplicates are removed, and at most
+    ``_MAX_TERMS`` terms are kept so a pasted paragraph cannot build a huge query.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    terms: list[Term] = []
+    seen: set[str] = set()
+    for word, cjk in _tokens(text):
+        if word not in seen:
+            seen.add(word)
+            terms.append(Term(word, cjk=cjk))
+    content = [t for t in terms if t.cjk or t.text not in _STOPWORDS]
+    return ParsedQuery(tuple((content or terms)[:_MAX_TERMS]))
+
+
+def match_expression(
+    query: ParsedQuery, *, mode: Literal["all", "any"], owners: list[str] | None
+) -> str:
+    """FTS5 MATCH text: the terms on the ``body`` column, optionally limited to owners."""
+    joiner = " AND " if mode == "all" else " OR "
+    body = joiner.join(t.fts(prefix=True) for t in query.terms)
+    expr = f"body : ({body})"
+    if owners:
+        expr += " AND owner : (" + " OR ".join(f'"{o}"' for o in owners) + ")"
+    return expr
+
+
+def score_sql(bm25: str, ts: str) -> str:
+    """SQL expression for the ranking score (higher is better) of one candidate row.
+
+    ``relevance × (1 + RECENCY_WEIGHT / (1 + age / RECENCY_TAU))`` where relevance is
+    FTS5's ``-bm25()`` (it is negative; more negative = more relevant) plus a small floor,
+    because bm25 is ~0 for terms found in most documents (tiny workspaces) and the
+    recency boost must still order those. ``ts`` must be an SQL expression giving epoch
+    seconds; the parameters ``:now`` is bound by the caller. The kind boost is applied
+    afterwards, in Python.
+    """
+    tau = RECENCY_TAU_DAYS * 86400.0
+    return (
+        f"(max(0.0, -{bm25}) + 0.01) * "
+        f"(1.0 + {RECENCY_WEIGHT} / (1.0 + max(0.0, :now - {ts}) / {tau}))"
+    )
+
+
+# --- snippets -------------------------------------------------------------------------
+
+
+def _term_pattern(term: Term) -> str:
+    if term.cjk:
+        return re.escape(term.text)
+    # Approximate the stemmer for highlighting: keep the first ~60 % of a long word so
+    # "preferences" also lights up "preferred".
+    keep = len(term.text) if len(term.text) <= 4 else max(4, int(len(term.text) * 0.6))
+    return _WORD_START + re.escape(term.text[:keep]) + r"[^\W_]*"
+
+
+def _densest_window(spans: list[tuple[int, int, int]], width: int) -> int:
+    """Start of the first span whose ``width``-wide window holds the most distinct terms."""
+    counts: dict[int, int] = {}
+    best, best_start, j = -1, spans[0][0], 0
+    for i, (s, _e, _t) in enumerate(spans):
+        while j < len(spans) and spans[j][0] < s + width:
+            counts[spans[j][2]] = counts.get(spans[j][2], 0) + 1
+            j += 1
+        if len(counts) > best:
+            best, best_start = len(counts), s
+        term = spans[i][2]
+        counts[term] -= 1
+        if not counts[term]:
+            del counts[term]
+    return best_start
+
+
+def best_snippet(text: str, query: ParsedQuery, *, width: int = 160) -> tuple[str, int]:
+    """A one-line excerpt of ``text`` around the densest cluster of matches, marked «…».
+
+    Returns the excerpt and the character offset of the first match it shows (callers
+    turn it into a line number); 0 when nothing matched.
+    """
+    flat = unicodedata.normalize("NFKC", text)
+    spans: list[tuple[int, int, int]] = []  # (start, end, term index)
+    for i, term in enumerate(query.terms):
+        for m in re.finditer(_term_pattern(term), flat, flags=re.IGNORECASE):
+            spans.append((m.start(), m.end(), i))
+    spans.sort()
+    del spans[_MAX_SPANS:]
+    start = anchor = 0
+    if spans:
+        anchor = _densest_window(spans, width)
+        start = max(0, anchor - width // 4)
+        # Don't cut a word in half at the left edge.
+        while start > 0 and flat[start - 1].isalnum() and flat[start].isalnum():
+            start -= 1
+    end = min(len(flat), start + width)
+    while end < len(flat) and end > start + width // 2 and flat[end - 1 : end + 1].isalnum():
+        end -= 1
+    out: list[str] = []
+    pos = start
+    for s, e, _ in spans:
+        if s < pos or s >= end:
+            continue
+        out.append(flat[pos:s])
+        out.append(f"«{flat[s : min(e, end)]}»")
+        pos = min(e, end)
+    out.append(flat[pos:end])
+    excerpt = " ".join("".join(out).split())
+    if start > 0:
+        excerpt = "…" + excerpt
+    if end < len(flat):
+        excerpt += "…"
+    return excerpt, anchor
+
+
+# --- hits and citations ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result. ``citation`` can be passed to ``RecallIndex.get``."""
+
+    citation: str
+    kind: Kind
+    snippet: str
+    score: float
+    timestamp: str | None = None
+    session_key: str | None = None
+    other_session: bool = False
+    role: str | None = None
+    source: str = ""  # workspace-relative file the hit came from
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A parsed citation: ``history#42``, ``session cli:direct#118``, ``memory/MEMORY.md:12``."""
+
+    kind: Kind
+    number: int
+    session_key: str | None = None
+    path: str | None = None
+
+
+_HISTORY_CITE = re.compile(r"history\s*#\s*(\d+)")
+_SESSION_CITE = re.compile(r"session\s+(\S.*?)\s*#\s*(\d+)")
+_FILE_CITE = re.compile(r"(\S.*?):(\d+)")
+
+
+def parse_citation(text: str) -> Citation | None:
+    """Parse a citation as printed by search; ``None`` if it is not one."""
+    s = text.strip().strip("[]()`'\"").strip()
+    if m := _HISTORY_CITE.fullmatch(s):
+        return Citation("history", int(m.group(1)))
+    if m := _SESSION_CITE.fullmatch(s):
+        return Citation("session", int(m.group(2)), session_key=m.group(1))
+    if m := _FILE_CITE.fullmatch(s):
+        return Citation("memory", int(m.group(2)), path=m.group(1).replace("\\", "/"))
+    return None
+
+
+# --- expanded citations ---------------------------------------------------------------
+
+_NEIGHBOUR_CHARS = 2_000  # messages around the cited one are shortened to this
+
+
+class RecallError(UserError):
+    """A bad scope or citation, or a citation that no longer exists; one line to show."""
+
+
+def format_ts(ts: float | None) -> str | None:
+    """``YYYY-MM-DD HH:MM`` in local time, the way timestamps are written in the files."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def format_history_entry(
+    num: int, ts: float | None, session_key: str | None, origin: str | None, text: str
+) -> str:
+    facts = [f for f in (format_ts(ts), session_key and f"session {session_key}") if f]
+    if origin:
+        facts.append(f"summarises session {origin}")
+    head = f"history#{num}" + (f" ({', '.join(facts)})" if facts else "")
+    return f"{head}\n{text}"
+
+
+def format_session_window(
+    session_key: str, cited: int, total: int, rows: list[tuple[int, float | None, str, str]]
+) -> str:
+    """Messages ``rows`` = (index, ts, role, text) around ``cited``, role-labelled."""
+    first, last = rows[0][0], rows[-1][0]
+    out = [f"session {session_key}, messages {first}-{last} of {total}"]
+    for num, ts, role, text in rows:
+        label = ", ".join(x for x in (f"#{num} {role}", format_ts(ts)) if x)
+        if num == cited:
+            label += " (cited)"
+        elif len(text) > _NEIGHBOUR_CHARS:
+            text = text[:_NEIGHBOUR_CHARS] + f"… [{len(text) - _NEIGHBOUR_CHARS} more chars]"
+        out.append(f"--- {label}\n{text}")
+    return "\n".join(out)
+
+
+def format_file_lines(path: str, lines: list[str], first: int, last: int, cited: int) -> str:
+    """Lines ``first..last`` (1-based) of a file, numbered, the cited one marked ``>``."""
+    width = len(str(last))
+    out = [f"{path} lines {first}-{last} of {len(lines)}"]
+    for n in range(first, last + 1):
+        mark = ">" if n == cited else " "
+        out.append(f"{mark}{n:>{width}}  {lines[n - 1]}")
+    return "\n".join(out)

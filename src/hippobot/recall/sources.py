@@ -1,0 +1,333 @@
+"""The files the recall index reads, and how each one becomes indexed documents.
+
+Only the documented formats are relied on (SPEC 3), never the code that writes them:
+
+* ``memory/history.jsonl``: one entry per line, cited by its ``cursor``.
+* ``sessions/**/*.jsonl``: a header line carrying the key, then message lines (cited by
+  their 0-based position among message lines) interleaved with ``_type`` records.
+* ``SOUL.md``, ``USER.md`` and ``memory/**/*.md``: paragraphs, cited by line number.
+
+Parsing is forgiving: a line that is not a JSON object of the expected shape is skipped;
+it never stops the rest of the file from being indexed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hippobot.messages import public_text
+
+from .query import Kind
+
+__all__ = [
+    "HEAD",
+    "MAX_DOC_CHARS",
+    "TAIL",
+    "Doc",
+    "FileState",
+    "SessionState",
+    "SourceFile",
+    "can_append",
+    "digest",
+    "discover",
+    "fallback_session_key",
+    "history_docs",
+    "markdown_docs",
+    "message_text",
+    "parse_new_bytes",
+    "parse_timestamp",
+    "read_range",
+    "session_docs",
+]
+
+MAX_DOC_CHARS = 32_000  # a huge tool result is indexed (and shown by get) up to here
+_TOOL_ARGS_CHARS = 300
+_CHUNK_MAX_LINES = 12
+_CHUNK_MAX_CHARS = 1_200
+_ROOT_MARKDOWN = ("SOUL.md", "USER.md")
+HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite
+TAIL = 256  # bytes hashed just before the indexed offset to detect an edit
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A file the index covers; ``rel`` is its workspace-relative POSIX path (the key)."""
+
+    path: str  # absolute; a plain string because discovery runs on every sync
+    rel: str
+    kind: Kind
+
+
+@dataclass(slots=True)
+class Doc:
+    """One indexed unit: a history entry, a session message or a Markdown chunk.
+
+    ``num`` is what the citation shows: the history cursor, the message index, or the
+    chunk's first line (1-based, ``end_num`` its last line).
+    """
+
+    num: int
+    text: str
+    ts: float | None = None
+    session_key: str | None = None
+    role: str | None = None
+    end_num: int | None = None
+    origin: str | None = None
+
+
+@dataclass(slots=True)
+class SessionState:
+    """What tail-indexing a session file needs to remember between syncs."""
+
+    session_key: str | None
+    next_num: int = 0
+    last_ts: float | None = None
+
+
+def discover(workspace: Path) -> Iterator[tuple[SourceFile, os.stat_result]]:
+    """Every indexable file with its ``stat``; one ``stat`` per file, nothing is read.
+
+    Runs before every search and after every turn, so it sticks to ``os.scandir`` and
+    string paths (pathlib costs more than the system calls here).
+    """
+    root = os.fspath(workspace)
+    cut = len(root) + 1
+    for rel, kind in (
+        ("memory/history.jsonl", "history"),
+        *((n, "memory") for n in _ROOT_MARKDOWN),
+    ):
+        path = os.path.join(root, rel)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            yield SourceFile(path, rel, kind), st  # type: ignore[arg-type]
+    yield from _walk(os.path.join(root, "memory"), cut, ".md", "memory")
+    yield from _walk(os.path.join(root, "sessions"), cut, ".jsonl", "session")
+
+
+def _walk(
+    top: str, cut: int, suffix: str, kind: Kind
+) -> Iterator[tuple[SourceFile, os.stat_result]]:
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if name.startswith("."):
+            continue  # temp files of atomic rewrites, hidden side files
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(entry.path, cut, suffix, kind)
+            elif name.endswith(suffix) and entry.is_file(follow_symlinks=False):
+                rel = entry.path[cut:].replace(os.sep, "/")
+                yield SourceFile(entry.path, rel, kind), entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # vanished between listing and stat
+
+
+def parse_timestamp(value: Any) -> float | None:
+    """Epoch seconds of an ISO-ish timestamp (naive means local time); ``None`` if unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def history_docs(lines: Iterable[bytes]) -> Iterator[Doc]:
+    """Entries of ``history.jsonl``; lines without an int cursor and str content are skipped."""
+    for line in lines:
+        obj = _json_object(line)
+        if obj is None:
+            continue
+        cursor, content = obj.get("cursor"), obj.get("content")
+        if not isinstance(cursor, int) or isinstance(cursor, bool) or not isinstance(content, str):
+            continue
+        source = obj.get("source") if isinstance(obj.get("source"), dict) else {}
+        key = obj.get("session_key") or source.get("session")
+        origin = None
+        if isinstance(source.get("session"), str):
+            origin = f"{source['session']}#{source.get('from', '?')}-{source.get('to', '?')}"
+        yield Doc(
+            num=cursor,
+            text=content[:MAX_DOC_CHARS],
+            ts=parse_timestamp(obj.get("timestamp")),
+            session_key=key if isinstance(key, str) else None,
+            origin=origin,
+        )
+
+
+def message_text(msg: dict[str, Any]) -> str:
+    """The public, searchable text of a stored message.
+
+    The runtime-context suffix is stripped exactly (``public_text``); assistant tool calls
+    are summarised as ``[tool call] name(args…)`` so a search for a file name or command
+    the agent used finds the turn; tool results are indexed like any text.
+    """
+    parts = []
+    text = public_text(msg)
+    if text:
+        parts.append(text)
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False)
+        if len(args) > _TOOL_ARGS_CHARS:
+            args = args[:_TOOL_ARGS_CHARS] + "…"
+        parts.append(f"[tool call] {fn.get('name', '?')}({args})")
+    return "\n".join(parts)[:MAX_DOC_CHARS]
+
+
+def session_docs(lines: Iterable[bytes], state: SessionState) -> Iterator[Doc]:
+    """Messages of a session file, continuing the numbering kept in ``state``.
+
+    ``_type`` records are skipped; a ``session`` (or legacy ``metadata``) header sets the
+    key. Every message line advances ``state.next_num``, even one with no text, so
+    citations match the session's own message positions.
+    """
+    for line in lines:
+        obj = _json_object(line)
+        if obj is None:
+            continue
+        rtype = obj.get("_type")
+        if rtype is not None:
+            if rtype in ("session", "metadata") and isinstance(obj.get("key"), str):
+                state.session_key = obj["key"]
+            continue
+        role = obj.get("role")
+        if not isinstance(role, str):
+            continue
+        num = state.next_num
+        state.next_num += 1
+        ts = parse_timestamp(obj.get("timestamp"))
+        if ts is not None:
+            state.last_ts = ts
+        text = message_text(obj)
+        if text:
+            yield Doc(
+                num=num, text=text, ts=state.last_ts, session_key=state.session_key, role=role
+            )
+
+
+def markdown_docs(text: str) -> Iterator[Doc]:
+    """Paragraph chunks of a Markdown file, with 1-based first/last line numbers.
+
+    A heading starts a new chunk (and stays with the lines under it); a long paragraph is
+    split so a citation stays close to the fact.
+    """
+    chunk: list[str] = []
+    first = 0
+    size = 0
+
+    def flush() -> Iterator[Doc]:
+        if chunk:
+            yield Doc(num=first, end_num=first + len(chunk) - 1, text="\n".join(chunk))
+
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or (line.lstrip().startswith("#") and chunk):
+            yield from flush()
+            chunk, size = [], 0
+            if not line.strip():
+                continue
+        if not chunk:
+            first = lineno
+        chunk.append(line)
+        size += len(line)
+        if len(chunk) >= _CHUNK_MAX_LINES or size >= _CHUNK_MAX_CHARS:
+            yield from flush()
+            chunk, size = [], 0
+    yield from flush()
+
+
+# --- change detection ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FileState:
+    """What the index remembers about a source file between syncs."""
+
+    id: int
+    rel: str
+    kind: str
+    size: int
+    mtime_ns: int
+    inode: int
+    offset: int
+    head_len: int
+    head_hash: bytes
+    tail_hash: bytes
+    session_key: str | None
+    next_num: int
+    last_ts: float | None
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        return (st.st_size, st.st_mtime_ns, st.st_ino) == (self.size, self.mtime_ns, self.inode)
+
+
+def digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def fallback_session_key(rel: str) -> str:
+    """Session key for a file without a header: ``sessions/a/b.jsonl`` → ``a:b``."""
+    parts = rel.removeprefix("sessions/").removesuffix(".jsonl").split("/")
+    return ":".join(parts)
+
+
+def can_append(fd: int, st: os.stat_result, state: FileState) -> bool:
+    """True when the file still starts with exactly the bytes we indexed and only grew."""
+    if st.st_ino != state.inode or st.st_size < state.offset or st.st_size == state.size:
+        return False
+    if digest(os.pread(fd, state.head_len, 0)) != state.head_hash:
+        return False
+    tail_len = min(TAIL, state.offset)
+    return digest(os.pread(fd, tail_len, state.offset - tail_len)) == state.tail_hash
+
+
+def read_range(fd: int, start: int, end: int) -> bytes:
+    chunks = []
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(end - pos, 1 << 24), pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        pos += len(chunk)
+    return b"".join(chunks)
+
+
+def parse_new_bytes(
+    kind: str, data: bytes, start: int, session: SessionState
+) -> tuple[int, list[Doc]]:
+    """Docs in ``data`` (read from byte ``start``) and the offset just after the last one."""
+    if kind == "memory":
+        return start + len(data), list(markdown_docs(data.decode("utf-8", "replace")))
+    cut = data.rfind(b"\n") + 1  # a torn last line waits for the next sync
+    lines = data[:cut].split(b"\n")
+    docs = history_docs(lines) if kind == "history" else session_docs(lines, session)
+    return start + cut, list(docs)

@@ -1,0 +1,103 @@
+"""The model's recall tools (``memory_search``, ``memory_get``) and hit formatting.
+
+The tools are bound to one session: hits from other chats are labelled
+``[other session <key>]`` and, when the session is configured not to see other chats,
+left out entirely (search and get alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Any, Literal
+
+from hippobot.errors import ToolError
+from hippobot.tools.base import Tool
+
+from .index import RecallIndex
+from .query import Hit, RecallError
+
+__all__ = ["format_hit", "format_hits", "hits_to_json", "recall_tools"]
+
+_MAX_K = 20
+_GET_HINT = "Read more with memory_get(citation)."
+
+
+def format_hit(hit: Hit) -> str:
+    """One line: ``[citation] [other session KEY] time role: snippet``."""
+    parts = [f"[{hit.citation}]"]
+    if hit.other_session and hit.session_key:
+        parts.append(f"[other session {hit.session_key}]")
+    if hit.timestamp:
+        parts.append(hit.timestamp)
+    text = f"{hit.role}: {hit.snippet}" if hit.role else hit.snippet
+    parts.append(text)
+    return " ".join(parts)
+
+
+def format_hits(hits: list[Hit]) -> str:
+    """Compact text for the model or a terminal: one hit per line, best first."""
+    if not hits:
+        return "No matches."
+    return "\n".join(format_hit(h) for h in hits)
+
+
+def hits_to_json(hits: list[Hit]) -> list[dict[str, Any]]:
+    """Plain dicts for ``--json`` output (stable keys, JSON-serialisable)."""
+    return [asdict(h) for h in hits]
+
+
+def recall_tools(
+    index: RecallIndex, *, session_key: str, include_other_sessions: bool = True
+) -> list[Tool]:
+    """``memory_search`` and ``memory_get`` bound to ``index`` and the current session."""
+
+    async def memory_search(
+        query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
+    ) -> str:
+        """Search everything remembered: archived history, past conversations (all chats,
+        including messages already summarised) and the memory files. Each result starts
+        with a citation; pass it to memory_get to read the full entry.
+
+        Args:
+            query: Plain words to look for, in any language; no search syntax needed.
+            k: How many results to return (1-20).
+            scope: Where to look: all, history (archived summaries), sessions
+                (conversation messages) or memory (MEMORY.md, USER.md, SOUL.md).
+        """
+        try:
+            hits = await asyncio.to_thread(
+                index.search,
+                query,
+                k=max(1, min(k, _MAX_K)),
+                scope=scope,
+                session_key=session_key,
+                include_other_sessions=include_other_sessions,
+            )
+        except RecallError as exc:
+            raise ToolError(str(exc)) from exc
+        if not hits:
+            return f"No matches for {query!r}."
+        return f"{format_hits(hits)}\n{_GET_HINT}"
+
+    async def memory_get(citation: str, around: int = 3) -> str:
+        """Expand a citation from memory_search: the full history entry, the conversation
+        messages around a session message, or the lines around a memory-file line.
+
+        Args:
+            citation: A citation exactly as memory_search printed it, e.g. history#42,
+                session cli:direct#118 or memory/MEMORY.md:12.
+            around: How many messages (or lines) to show on each side (0-20).
+        """
+        try:
+            return await asyncio.to_thread(
+                index.get,
+                citation,
+                max(0, min(around, 20)),
+                session_key=session_key,
+                include_other_sessions=include_other_sessions,
+            )
+        except RecallError as exc:
+            raise ToolError(str(exc)) from exc
+
+    return [Tool.from_function(memory_search), Tool.from_function(memory_get)]

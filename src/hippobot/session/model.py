@@ -1,0 +1,205 @@
+"""The session as pure data: messages, pointers and the history-replay rule. No I/O here.
+
+A :class:`Session` is the in-memory mirror of one ``sessions/<channel>/<chat>.jsonl``
+file. Its ``messages`` only ever grow (consolidation moves ``last_consolidated``, it does
+not delete), so a message's index is stable and ``last_consolidated`` is simply "how many
+leading messages are archived in ``memory/history.jsonl``".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hippobot.messages import Message, wire_message
+
+__all__ = [
+    "MESSAGE_ROLES",
+    "SYNTHETIC_TOOL_RESULT",
+    "ArchivedSummary",
+    "Session",
+    "is_message",
+    "normalise_offset",
+    "now_iso",
+]
+
+MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
+SYNTHETIC_TOOL_RESULT = "[no result: the turn was interrupted before this tool finished]"
+
+
+def now_iso() -> str:
+    """The current time as an ISO string with the local UTC offset."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def is_message(value: object) -> bool:
+    """True for a dict that can be stored and replayed as a chat message."""
+    return (
+        isinstance(value, dict)
+        and "_type" not in value
+        and isinstance(value.get("role"), str)
+        and value["role"] in MESSAGE_ROLES
+    )
+
+
+def normalise_offset(value: object, message_count: int) -> int:
+    """A usable ``last_consolidated``: anything odd becomes 0 so no history is ever hidden."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    if value < 0 or value > message_count:
+        return 0
+    return value
+
+
+@dataclass
+class ArchivedSummary:
+    """What idle compaction archived, shown in the prompt until the session moves on."""
+
+    text: str
+    last_active: str
+
+
+@dataclass(eq=False)
+class Session:
+    """One conversation. Identity semantics: one object per key while it is in use.
+
+    ``usage`` is the provider-reported usage of the last request (``prompt_tokens``,
+    ``completion_tokens``, ``cached_tokens``) plus ``messages_at``, the message count at
+    the time it was measured, so a token estimate only has to cover what came after.
+    """
+
+    key: str
+    messages: list[Message] = field(default_factory=list)
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = ""
+    last_consolidated: int = 0
+    summary: ArchivedSummary | None = None
+    usage: dict[str, int] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.updated_at:
+            self.updated_at = self.created_at
+        if not isinstance(self.metadata, dict):
+            self.metadata = {}
+        self.last_consolidated = normalise_offset(self.last_consolidated, len(self.messages))
+
+    def add(self, message: Message) -> Message:
+        """Append a copy of ``message`` (timestamped if it has none) and return the copy."""
+        stored: Message = dict(message)  # type: ignore[assignment]
+        now = now_iso()
+        if not stored.get("timestamp"):
+            stored["timestamp"] = now
+        self.messages.append(stored)
+        self.updated_at = now
+        return stored
+
+    def unconsolidated(self) -> list[Message]:
+        """The messages not yet archived (a new list; the dicts are the stored ones)."""
+        return self.messages[normalise_offset(self.last_consolidated, len(self.messages)) :]
+
+    def get_history(
+        self,
+        *,
+        max_messages: int = 0,
+        max_tokens: int = 0,
+        count_tokens: Callable[[Message], int] | None = None,
+    ) -> list[Message]:
+        """The messages to replay to the model, legal for every provider.
+
+        Steps: messages after ``last_consolidated`` without ``_command`` echoes; the newest
+        ``max_messages`` if > 0; the newest that fit ``max_tokens`` if > 0 (if that leaves no
+        user message but the window had one, it extends back to the latest user message,
+        because a reply without its question misleads the model); then it starts at the
+        first user message, if there is one.
+
+        Invariant of the result: every ``tool`` message directly follows (within a run of
+        tool messages) the assistant message whose ``tool_calls`` declare its id, at most
+        one result per id; every declared tool call has a result (a turn killed mid-way
+        gets :data:`SYNTHETIC_TOOL_RESULT`, placed after that call's real results). The
+        returned dicts are the stored ones (synthetic results are new dicts) and
+        ``self.messages`` is never modified. An empty session gives ``[]``.
+        """
+        window = [m for m in self.unconsolidated() if not m.get("_command")]
+        if max_messages > 0:
+            window = window[-max_messages:]
+        if max_tokens > 0:
+            window = _fit_tokens(window, max_tokens, count_tokens or _rough_tokens)
+        for index, message in enumerate(window):
+            if message.get("role") == "user":
+                window = window[index:]
+                break
+        return _make_legal(window)
+
+
+def _rough_tokens(message: Message) -> int:
+    """Offline fallback estimate (about four characters per token)."""
+    return max(1, len(json.dumps(wire_message(message), ensure_ascii=False)) // 4)
+
+
+def _fit_tokens(
+    window: list[Message], budget: int, count: Callable[[Message], int]
+) -> list[Message]:
+    """The newest messages whose counts fit ``budget`` (at least one)."""
+    start = len(window)
+    used = 0
+    while start > 0:
+        cost = count(window[start - 1])
+        if used + cost > budget and start < len(window):
+            break
+        used += cost
+        start -= 1
+    kept = window[start:]
+    if not any(m.get("role") == "user" for m in kept):
+        users = [i for i, m in enumerate(window[:start]) if m.get("role") == "user"]
+        if users:
+            kept = window[users[-1] :]
+    return kept
+
+
+def _declared_calls(message: Message) -> dict[str, str]:
+    """Tool call id -> function name for an assistant message, in declaration order."""
+    calls: dict[str, str] = {}
+    tool_calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not isinstance(tool_calls, list):
+        return calls
+    for call in tool_calls:
+        if isinstance(call, dict) and isinstance(call.get("id"), str):
+            function = call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            calls.setdefault(call["id"], name if isinstance(name, str) else "")
+    return calls
+
+
+def _make_legal(window: list[Message]) -> list[Message]:
+    """Drop misplaced tool results and answer unanswered tool calls (see get_history)."""
+    out: list[Message] = []
+    pending: dict[str, str] = {}
+
+    def close_group() -> None:
+        for call_id, name in pending.items():
+            synthetic: Message = {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": SYNTHETIC_TOOL_RESULT,
+            }
+            if name:
+                synthetic["name"] = name
+            out.append(synthetic)
+        pending.clear()
+
+    for message in window:
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str) and call_id in pending:
+                del pending[call_id]
+                out.append(message)
+            continue  # orphan, duplicate or separated from its call: not legal on the wire
+        close_group()
+        out.append(message)
+        pending.update(_declared_calls(message))
+    close_group()
+    return out

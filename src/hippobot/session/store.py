@@ -1,0 +1,733 @@
+"""Session persistence: append-only JSON Lines, safe across crashes and processes.
+
+File ``sessions/<channel>/<chat>.jsonl`` (see :mod:`hippobot.session.keys`), UTF-8, one
+JSON object per line:
+
+* line 1, the header: ``{"_type": "session", "format": 1, "key": "cli:direct",
+  "created_at": "2026-04-03T10:00:00.000+02:00"}``;
+* message lines: the stored :class:`~hippobot.messages.Message` dicts, in order;
+* meta records, appended whenever pointers change; the last one wins:
+  ``{"_type": "meta", "last_consolidated": 12, "updated_at": "...", "summary":
+  {"text": "...", "last_active": "..."} | null, "usage": {...} | null, "metadata": {...}}``.
+  Other ``_type`` values are reserved and ignored by this version.
+
+Saving a turn appends its message lines (and maybe one meta record) in a single
+``os.write`` on an ``O_APPEND`` descriptor while holding a cross-process file lock in
+``.hippobot/locks/``; the bytes written are proportional to the turn. Only
+:meth:`JsonlSessionStore.rewrite` replaces a file (temp file, fsync, rename, directory
+fsync), for idle compaction and repair.
+
+Reading is forgiving: blank lines are skipped; a line that is not a JSON object, or a
+message without a known role, is skipped with one warning and copied once to
+``<file>.corrupt``. Unparseable files are never replaced by empty ones: a wholly
+unreadable file loads as an empty session and appends go after the existing bytes (a
+torn last line is first closed with ``\\n`` so it stays an isolated bad line).
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
+
+from hippobot.errors import StorageError, UserError
+from hippobot.messages import Message, public_text
+from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
+from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
+from hippobot.session.model import (
+    ArchivedSummary,
+    Session,
+    is_message,
+    normalise_offset,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "InMemorySessionStore",
+    "JsonlSessionStore",
+    "SessionInfo",
+    "SessionStore",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+LOCK_TIMEOUT_S = 60.0
+PREVIEW_CHARS = 120
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One row of ``hippobot sessions list``. ``path`` is ``None`` for in-memory stores."""
+
+    key: str
+    path: Path | None
+    created_at: str
+    updated_at: str
+    message_count: int
+    preview: str
+    size_bytes: int
+
+
+class SessionStore(Protocol):
+    """Where sessions live. Implementations: :class:`JsonlSessionStore`, in-memory."""
+
+    def load(self, key: str) -> Session | None:
+        """The stored session, or ``None`` if there is none (the caller creates one)."""
+        ...
+
+    def append(self, session: Session, messages: Sequence[Message]) -> None:
+        """Persist ``messages``, already the last entries of ``session.messages``."""
+        ...
+
+    def save_meta(self, session: Session) -> None:
+        """Persist pointers, summary, usage and metadata."""
+        ...
+
+    def rewrite(self, session: Session) -> None:
+        """Atomically replace the stored session with ``session`` (compaction, repair)."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove the session; ``True`` if something was removed."""
+        ...
+
+    def refresh(self, session: Session) -> int:
+        """Apply what other writers stored since; returns the number of new messages."""
+        ...
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every stored session, most recently updated first."""
+        ...
+
+
+# --- records ----------------------------------------------------------------------
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    # A lone surrogate can only sit inside a JSON string; "\udXXX" keeps it losslessly.
+    return text.encode("utf-8", "backslashreplace") + b"\n"
+
+
+def _header_record(session: Session) -> dict[str, Any]:
+    return {
+        "_type": "session",
+        "format": FORMAT_VERSION,
+        "key": session.key,
+        "created_at": session.created_at,
+    }
+
+
+def _meta_state(session: Session) -> dict[str, Any]:
+    """The persisted pointer fields, for change detection (``updated_at`` excluded)."""
+    return copy.deepcopy(
+        {
+            "last_consolidated": session.last_consolidated,
+            "summary": asdict(session.summary) if session.summary else None,
+            "usage": session.usage,
+            "metadata": session.metadata,
+        }
+    )
+
+
+_DEFAULT_META = _meta_state(Session(key=""))
+
+
+def _meta_record(session: Session) -> dict[str, Any]:
+    state = _meta_state(session)
+    return {
+        "_type": "meta",
+        "last_consolidated": state.pop("last_consolidated"),
+        "updated_at": session.updated_at,
+        **state,
+    }
+
+
+def _apply_meta(session: Session, record: dict[str, Any]) -> None:
+    session.last_consolidated = normalise_offset(
+        record.get("last_consolidated"), len(session.messages)
+    )
+    summary = record.get("summary")
+    session.summary = None
+    if isinstance(summary, dict) and isinstance(summary.get("text"), str):
+        session.summary = ArchivedSummary(summary["text"], str(summary.get("last_active") or ""))
+    usage = record.get("usage")
+    session.usage = (
+        {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        if isinstance(usage, dict)
+        else None
+    )
+    metadata = record.get("metadata")
+    session.metadata = metadata if isinstance(metadata, dict) else {}
+
+
+def _snapshot(session: Session, *, with_meta: bool) -> bytes:
+    """A whole file: header, every message, and a meta record when it carries anything."""
+    parts = [_encode(_header_record(session))]
+    parts.extend(_encode(dict(m)) for m in session.messages)
+    if with_meta or _meta_state(session) != _DEFAULT_META:
+        parts.append(_encode(_meta_record(session)))
+    return b"".join(parts)
+
+
+@dataclass
+class _Parsed:
+    header: dict[str, Any] | None = None
+    messages: list[Message] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    last_time: str | None = None  # time of the newest timestamped record
+    corrupt: list[bytes] = field(default_factory=list)
+
+
+def _parse(data: bytes, *, at_start: bool) -> _Parsed:
+    """Parse file bytes; never raises. ``at_start``: ``data`` begins at byte 0."""
+    out = _Parsed()
+    first = at_start
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        is_first, first = first, False
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            out.corrupt.append(raw)
+            continue
+        if not isinstance(record, dict):
+            out.corrupt.append(raw)
+        elif "_type" not in record:
+            if not is_message(record):
+                out.corrupt.append(raw)
+                continue
+            out.messages.append(record)  # type: ignore[arg-type]
+            if isinstance(record.get("timestamp"), str):
+                out.last_time = record["timestamp"]
+        elif record["_type"] == "session" and is_first:
+            out.header = record
+        elif record["_type"] == "meta":
+            out.meta = record
+            if isinstance(record.get("updated_at"), str):
+                out.last_time = record["updated_at"]
+    return out
+
+
+def _check_format(header: dict[str, Any] | None, path: Path) -> None:
+    version = (header or {}).get("format")
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise UserError(
+            f"{path}: session format {version} is newer than this hippobot reads "
+            f"({FORMAT_VERSION}); upgrade hippobot"
+        )
+
+
+def _as_datetime(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value).astimezone()
+    except (ValueError, TypeError):
+        return None
+
+
+def _later(current: str, other: str) -> str:
+    mine, theirs = _as_datetime(current), _as_datetime(other)
+    if mine is None or (theirs is not None and theirs > mine):
+        return other
+    return current
+
+
+def _preview(messages: Sequence[Message]) -> str:
+    for message in messages:
+        if message.get("role") == "user" and not message.get("_command"):
+            text = re.sub(r"\s+", " ", public_text(message)).strip()
+            if len(text) > PREVIEW_CHARS:
+                text = text[: PREVIEW_CHARS - 1] + "…"
+            return text
+    return ""
+
+
+def _mtime_iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="milliseconds")
+
+
+def _sort_key(info: SessionInfo) -> float:
+    moment = _as_datetime(info.updated_at)
+    return moment.timestamp() if moment else 0.0
+
+
+# --- JSONL store ------------------------------------------------------------------
+
+
+@dataclass
+class _Tracked:
+    """What this store last saw of a session's file: which file, how far, which meta."""
+
+    inode: int
+    offset: int
+    meta: dict[str, Any]
+
+
+@contextmanager
+def _storage_errors(path: Path, verb: str = "write") -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StorageError(
+            f"cannot {verb} {path}: {reason}; the file was left unchanged"
+        ) from exc
+
+
+def _write_all(fd: int, data: bytes, restore_size: int) -> None:
+    """Write ``data`` (normally in one ``os.write``); on failure cut back to ``restore_size``."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            count = os.write(fd, view[written:])
+            if count <= 0:
+                raise OSError(5, "short write")
+            written += count
+    except OSError:
+        try:
+            os.ftruncate(fd, restore_size)
+        except OSError as exc:
+            logger.error("could not undo a partial write (fd %d): %s", fd, exc)
+        raise
+
+
+def _open_creating_dirs(path: Path, flags: int) -> int:
+    """``os.open`` that creates missing parent directories (only when they are missing)."""
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # directories cannot be opened on every platform
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories (EINVAL); the data is written
+    finally:
+        os.close(fd)
+
+
+class JsonlSessionStore:
+    """Sessions as files under ``<workspace>/sessions/`` (format in the module docstring).
+
+    Thread- and process-safe per key: every read-modify step holds the key's file lock.
+    Callers must not run two operations on the *same Session object* at once (the
+    :class:`~hippobot.session.manager.SessionManager` serialises them).
+    """
+
+    def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
+        self.workspace = Path(workspace)
+        self.root = self.workspace / SESSIONS_DIR
+        self._locks_dir = self.workspace / ".hippobot" / "locks"
+        self._fsync = fsync
+        self._legacy = LegacyIndex(self.root)
+        self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._guard = threading.Lock()
+
+    # -- paths and locks --
+
+    def path_for(self, key: str) -> Path:
+        return self.workspace / key_to_relpath(key)
+
+    def _corrupt_path(self, path: Path) -> Path:
+        return path.with_name(path.name + ".corrupt")
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
+        lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
+        with _storage_errors(lock_path, "lock"):
+            lock = FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)
+            try:
+                try:
+                    lock.acquire()
+                except FileNotFoundError:  # .hippobot/ is derived state and may be deleted
+                    lock_path.parent.mkdir(parents=True, exist_ok=True)
+                    lock.acquire()
+            except LockTimeout:
+                raise StorageError(
+                    f"timed out waiting for {lock_path}: another hippobot process holds it"
+                ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _get_tracked(self, session: Session) -> _Tracked | None:
+        with self._guard:
+            return self._tracked.get(session)
+
+    def _track(self, session: Session, inode: int, offset: int, meta: dict[str, Any]) -> None:
+        with self._guard:
+            self._tracked[session] = _Tracked(inode, offset, meta)
+
+    # -- reading --
+
+    def load(self, key: str) -> Session | None:
+        path = self.path_for(key)
+        if not path.exists():
+            legacy = self._legacy.lookup(key)
+            migrated = self._migrate(key, legacy) if legacy else None
+            if migrated is not None or not path.exists():
+                return migrated
+        with self._locked(key), _storage_errors(path, "read"):
+            try:
+                handle = path.open("rb")
+            except FileNotFoundError:
+                return None
+            with handle:
+                stat = os.fstat(handle.fileno())
+                data = handle.read()
+            parsed = _parse(data, at_start=True)
+            _check_format(parsed.header, path)
+            header = parsed.header or {}
+            first_time = next(
+                (m["timestamp"] for m in parsed.messages if isinstance(m.get("timestamp"), str)),
+                None,
+            )
+            created = header.get("created_at")
+            if not isinstance(created, str):
+                created = first_time or _mtime_iso(stat.st_mtime)
+            session = Session(key=key, messages=parsed.messages, created_at=created)
+            if parsed.meta:
+                _apply_meta(session, parsed.meta)
+            session.updated_at = parsed.last_time or created
+            self._quarantine(path, parsed.corrupt)
+            self._track(session, stat.st_ino, len(data), _meta_state(session))
+            return session
+
+    def refresh(self, session: Session) -> int:
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path, "read"):
+            return self._sync(session, pending=0, adopt_meta=True, full_ok=True)
+
+    def _sync(self, session: Session, *, pending: int, adopt_meta: bool, full_ok: bool) -> int:
+        """Read what was written since we last looked (lock held); ``pending`` tail
+        messages of ``session`` are not on disk yet and stay last."""
+        path = self.path_for(session.key)
+        tracked = self._get_tracked(session)
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return 0
+        with handle:
+            stat = os.fstat(handle.fileno())
+            same_file = (
+                tracked is not None
+                and tracked.inode == stat.st_ino
+                and stat.st_size >= tracked.offset
+            )
+            if same_file and tracked is not None:
+                start = tracked.offset
+                if stat.st_size == start:
+                    return 0
+                handle.seek(start)
+            elif full_ok:
+                start = 0  # new to us, or replaced/truncated by someone else: read it all
+            else:
+                return 0
+            data = handle.read()
+        if not data:  # an empty file: the next write puts the whole session in it
+            return 0
+        parsed = _parse(data, at_start=start == 0)
+        if start == 0:
+            _check_format(parsed.header, path)
+        baseline = tracked.meta if tracked else _DEFAULT_META
+        untouched = _meta_state(session) == baseline
+        cut = len(session.messages) - pending
+        before = cut
+        if start == 0:
+            session.messages[:cut] = parsed.messages
+            created = (parsed.header or {}).get("created_at")
+            if isinstance(created, str):
+                session.created_at = created
+        else:
+            session.messages[cut:cut] = parsed.messages
+        added = max(0, len(session.messages) - pending - before)
+        session.last_consolidated = normalise_offset(
+            session.last_consolidated, len(session.messages)
+        )
+        meta = baseline
+        if parsed.meta and adopt_meta and untouched:
+            _apply_meta(session, parsed.meta)
+            meta = _meta_state(session)
+        if parsed.last_time:
+            session.updated_at = _later(session.updated_at, parsed.last_time)
+        self._quarantine(path, parsed.corrupt)
+        self._track(session, stat.st_ino, start + len(data), meta)
+        return added
+
+    def _quarantine(self, path: Path, lines: Sequence[bytes]) -> None:
+        """Copy unreadable lines to ``<file>.corrupt`` once each; warn once per call."""
+        if not lines:
+            return
+        target = self._corrupt_path(path)
+        try:
+            known = set(target.read_bytes().split(b"\n")) if target.exists() else set()
+            fresh = list(dict.fromkeys(line for line in lines if line not in known))
+            if fresh:
+                with target.open("ab") as handle:
+                    handle.write(b"".join(line + b"\n" for line in fresh))
+        except OSError as exc:
+            logger.warning("%s: %d unreadable line(s) skipped; could not copy them to %s: %s",
+                           path, len(lines), target.name, exc)
+            return
+        if fresh:
+            logger.warning("%s: skipped %d unreadable line(s); copies kept in %s",
+                           path, len(fresh), target.name)
+        else:
+            logger.debug("%s: skipped %d line(s) already in %s", path, len(lines), target.name)
+
+    # -- writing --
+
+    def append(self, session: Session, messages: Sequence[Message]) -> None:
+        batch = list(messages)
+        if not batch:
+            return
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            self._sync(session, pending=len(batch), adopt_meta=True, full_ok=True)
+            self._append_locked(session, b"".join(_encode(dict(m)) for m in batch), meta=False)
+
+    def save_meta(self, session: Session) -> None:
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            self._sync(session, pending=0, adopt_meta=False, full_ok=True)
+            self._append_locked(session, _encode(_meta_record(session)), meta=True)
+
+    def _append_locked(self, session: Session, body: bytes, *, meta: bool) -> None:
+        """One ``os.write`` at the end of the file; an empty file gets the whole session."""
+        path = self.path_for(session.key)
+        fd = _open_creating_dirs(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            stat = os.fstat(fd)
+            if stat.st_size == 0:
+                data = _snapshot(session, with_meta=meta)
+            elif os.pread(fd, 1, stat.st_size - 1) != b"\n":
+                data = b"\n" + body  # isolate a torn last line instead of extending it
+            else:
+                data = body
+            _write_all(fd, data, stat.st_size)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        tracked = self._get_tracked(session)
+        # After a whole-session write (empty file) or a meta record, disk == memory.
+        keep = tracked is not None and not meta and stat.st_size > 0
+        state = tracked.meta if keep and tracked is not None else _meta_state(session)
+        self._track(session, stat.st_ino, stat.st_size + len(data), state)
+
+    def rewrite(self, session: Session) -> None:
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            # Keep lines other processes appended meanwhile; the caller's content wins otherwise.
+            self._sync(session, pending=0, adopt_meta=False, full_ok=False)
+            data = _snapshot(session, with_meta=True)
+            inode = self._replace(path, data)
+            self._track(session, inode, len(data), _meta_state(session))
+
+    def _replace(self, path: Path, data: bytes) -> int:
+        temp = path.with_name(f".tmp-{secrets.token_hex(8)}")
+        try:
+            fd = _open_creating_dirs(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                _write_all(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+        return os.stat(path).st_ino
+
+    def _migrate(self, key: str, legacy: Path) -> Session | None:
+        path = self.path_for(key)
+        with self._locked(key):
+            if path.exists():  # another process migrated it first; the caller loads it
+                return None
+            with _storage_errors(legacy, "read"):
+                try:
+                    session = read_legacy(legacy, key)
+                except FileNotFoundError:
+                    return None
+            data = _snapshot(session, with_meta=True)
+            with _storage_errors(path):
+                inode = self._replace(path, data)
+            self._track(session, inode, len(data), _meta_state(session))
+            retired = retire_legacy(legacy)
+            logger.info("migrated nanobot session %r from %s (old file kept as %s)",
+                        key, legacy.name, retired.name if retired else legacy.name)
+        return session
+
+    def delete(self, key: str) -> bool:
+        path = self.path_for(key)
+        removed = False
+        with self._locked(key), _storage_errors(path, "delete"):
+            for target in (path, self._corrupt_path(path)):
+                if target.exists():
+                    target.unlink()
+                    removed = removed or target == path
+            legacy = self._legacy.lookup(key)
+            if legacy is not None and legacy.exists():
+                legacy.unlink()
+                removed = True
+            self._prune_dirs(path.parent)
+        return removed
+
+    def _prune_dirs(self, directory: Path) -> None:
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:
+                return  # not empty (or gone): stop climbing
+            directory = directory.parent
+
+    # -- listing --
+
+    def _info(self, key: str, path: Path, *, legacy: bool) -> SessionInfo | None:
+        try:
+            stat = path.stat()
+            if legacy:
+                session = read_legacy(path, key)
+            else:
+                parsed = _parse(path.read_bytes(), at_start=True)
+                created = (parsed.header or {}).get("created_at")
+                fallback = _mtime_iso(stat.st_mtime)
+                session = Session(
+                    key=key,
+                    messages=parsed.messages,
+                    created_at=created if isinstance(created, str) else fallback,
+                    updated_at=parsed.last_time or fallback,
+                )
+        except OSError:
+            return None  # removed while listing
+        return SessionInfo(
+            key=key,
+            path=path,
+            created_at=session.created_at,
+            updated_at=session.updated_at,
+            message_count=len(session.messages),
+            preview=_preview(session.messages),
+            size_bytes=stat.st_size,
+        )
+
+    def list(self) -> builtins.list[SessionInfo]:
+        infos: dict[str, SessionInfo] = {}
+        if self.root.is_dir():
+            for path in sorted(self.root.rglob("*.jsonl")):
+                key = relpath_to_key(path.relative_to(self.workspace))
+                if key is not None and (info := self._info(key, path, legacy=False)):
+                    infos[key] = info
+        for key, path in self._legacy.entries().items():
+            if key not in infos and (info := self._info(key, path, legacy=True)):
+                infos[key] = info
+        return sorted(infos.values(), key=_sort_key, reverse=True)
+
+
+# --- in memory --------------------------------------------------------------------
+
+
+@dataclass
+class _Stored:
+    created_at: str
+    messages: list[Message]
+    meta: dict[str, Any] | None = None
+
+
+class InMemorySessionStore:
+    """The :class:`SessionStore` protocol in a dict, for tests of logic above storage."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, _Stored] = {}
+        self._seen: weakref.WeakKeyDictionary[Session, int] = weakref.WeakKeyDictionary()
+
+    def load(self, key: str) -> Session | None:
+        stored = self._data.get(key)
+        if stored is None:
+            return None
+        session = Session(
+            key=key, messages=copy.deepcopy(stored.messages), created_at=stored.created_at
+        )
+        if stored.meta:
+            _apply_meta(session, copy.deepcopy(stored.meta))
+            session.updated_at = stored.meta["updated_at"]
+        if stored.messages and isinstance(stored.messages[-1].get("timestamp"), str):
+            session.updated_at = _later(session.updated_at, stored.messages[-1]["timestamp"])
+        self._seen[session] = len(stored.messages)
+        return session
+
+    def _catch_up(self, session: Session, pending: int) -> _Stored:
+        stored = self._data.get(session.key)
+        if stored is None:
+            stored = self._data[session.key] = _Stored(session.created_at, [])
+            stored.messages.extend(copy.deepcopy(session.messages[: len(session.messages) - pending]))
+        else:
+            new = copy.deepcopy(stored.messages[self._seen.get(session, 0) :])
+            cut = len(session.messages) - pending
+            session.messages[cut:cut] = new
+        self._seen[session] = len(stored.messages)
+        return stored
+
+    def append(self, session: Session, messages: Sequence[Message]) -> None:
+        stored = self._catch_up(session, len(messages))
+        stored.messages.extend(copy.deepcopy(list(messages)))
+        self._seen[session] = len(stored.messages)
+
+    def save_meta(self, session: Session) -> None:
+        self._catch_up(session, 0).meta = copy.deepcopy(_meta_record(session))
+
+    def rewrite(self, session: Session) -> None:
+        self._data[session.key] = _Stored(
+            session.created_at, copy.deepcopy(session.messages), copy.deepcopy(_meta_record(session))
+        )
+        self._seen[session] = len(session.messages)
+
+    def delete(self, key: str) -> bool:
+        return self._data.pop(key, None) is not None
+
+    def refresh(self, session: Session) -> int:
+        stored = self._data.get(session.key)
+        if stored is None:
+            return 0
+        before = len(session.messages)
+        self._catch_up(session, 0)
+        return len(session.messages) - before
+
+    def list(self) -> builtins.list[SessionInfo]:
+        infos = []
+        for key, stored in self._data.items():
+            updated = stored.meta["updated_at"] if stored.meta else stored.created_at
+            infos.append(
+                SessionInfo(key, None, stored.created_at, updated, len(stored.messages),
+                            _preview(stored.messages), 0)
+            )
+        return sorted(infos, key=_sort_key, reverse=True)

@@ -1,0 +1,159 @@
+"""A turn as a user experiences it: the reply, the session file, the tool steps, the failures.
+
+Every test here drives the real OpenAI SDK client over HTTP against the scripted model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from hippobot.agent.events import ToolStarted
+from hippobot.errors import ProviderError
+from hippobot.messages import RUNTIME_CONTEXT_HEADER
+from hippobot.session.keys import key_to_relpath
+
+
+def session_lines(agent, key="cli:direct"):
+    path = agent.workspace / key_to_relpath(key)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def messages_of(agent, key="cli:direct"):
+    return [r for r in session_lines(agent, key) if "role" in r]
+
+
+async def test_two_turns_and_the_second_request_carries_the_first(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("Nice to meet you, Ada.").reply("You are Ada.")
+
+    first = await agent.turn("cli:direct", "My name is Ada.")
+    second = await agent.turn("cli:direct", "What is my name?")
+
+    assert first.reply == "Nice to meet you, Ada."
+    assert second.reply == "You are Ada."
+    _req1, req2 = scripted_model.requests
+    texts = [json.dumps(m, ensure_ascii=False) for m in req2.messages]
+    assert any("My name is Ada." in t for t in texts)
+    assert any("Nice to meet you, Ada." in t for t in texts)
+    lines = session_lines(agent)
+    assert lines[0]["_type"] == "session" and lines[0]["key"] == "cli:direct"
+    roles = [m["role"] for m in messages_of(agent)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+async def test_consecutive_requests_extend_each_other_byte_for_byte(make_agent, scripted_model):
+    """The prompt-cache invariant: no memory event → request N+1 starts with request N."""
+    agent = make_agent()
+    for i in range(4):
+        scripted_model.reply(f"answer {i}")
+    for i in range(4):
+        await agent.turn("cli:direct", f"question {i}")
+    dumps = [[json.dumps(m, ensure_ascii=False, sort_keys=True) for m in r.messages] for r in scripted_model.requests]
+    tools = [json.dumps(r.tools, sort_keys=True) for r in scripted_model.requests]
+    assert len(set(tools)) == 1
+    for before, after in itertools.pairwise(dumps):
+        assert after[: len(before)] == before
+
+
+async def test_user_message_carries_runtime_context_and_views_strip_it(make_agent, scripted_model):
+    agent = make_agent(timezone="Europe/Paris")
+    scripted_model.reply("ok")
+    await agent.turn("cli:direct", "hello there")
+    sent_user = scripted_model.requests[0].messages[-1]
+    assert RUNTIME_CONTEXT_HEADER in sent_user["content"]
+    assert "Channel: cli" in sent_user["content"] and "Chat ID: direct" in sent_user["content"]
+    stored = messages_of(agent)[0]
+    assert stored["content"] == sent_user["content"]  # replayed byte-identically
+    assert stored["_runtime_context"]["suffix"]
+    from hippobot.cli.sessions_cmds import public_messages
+
+    assert public_messages([stored])[0]["text"] == "hello there"
+    system = scripted_model.requests[0].messages[0]["content"]
+    assert RUNTIME_CONTEXT_HEADER not in system
+
+
+async def test_tools_create_read_and_edit_files_in_the_workspace(make_agent, scripted_model):
+    agent = make_agent()
+    seen = []
+    scripted_model.reply_tool_call("write_file", {"path": "notes/todo.txt", "content": "buy milk\n"})
+    scripted_model.reply_tool_call("edit_file", {"path": "notes/todo.txt", "old_text": "milk", "new_text": "oat milk"})
+    scripted_model.reply_tool_call("exec", {"command": "cat notes/todo.txt"})
+    scripted_model.reply("Done: the list says buy oat milk.")
+
+    result = await agent.turn("cli:direct", "make a todo list", on_event=seen.append)
+
+    assert (agent.workspace / "notes/todo.txt").read_text() == "buy oat milk\n"
+    assert result.reply == "Done: the list says buy oat milk."
+    assert [e.name for e in seen if isinstance(e, ToolStarted)] == ["write_file", "edit_file", "exec"]
+    tool_msgs = [m for m in messages_of(agent) if m["role"] == "tool"]
+    assert "buy oat milk" in tool_msgs[-1]["content"]
+    # The last request shows the model the result of its shell command.
+    assert "buy oat milk" in json.dumps(scripted_model.requests[-1].messages)
+
+
+async def test_invalid_tool_arguments_go_back_to_the_model_and_the_turn_continues(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply_tool_call("write_file", '{"path": "a.txt", "content": ')
+    scripted_model.reply_tool_call("no_such_tool", {})
+    scripted_model.reply("Sorry, let me stop here.")
+    result = await agent.turn("cli:direct", "write a file")
+    assert result.reply == "Sorry, let me stop here."
+    tool_results = [m["content"] for m in messages_of(agent) if m["role"] == "tool"]
+    assert "not valid JSON" in tool_results[0]
+    assert "no_such_tool" in tool_results[1]
+    assert not (agent.workspace / "a.txt").exists()
+
+
+async def test_an_endless_tool_loop_stops_at_the_iteration_cap(make_agent, scripted_model):
+    agent = make_agent(max_tool_iterations=3)
+    for _ in range(3):
+        scripted_model.reply_tool_call("list_dir", {"path": "."})
+    result = await agent.turn("cli:direct", "loop forever")
+    assert "3 tool steps" in result.reply
+    assert len(scripted_model.requests) == 3
+
+
+async def test_a_failing_model_keeps_the_users_message(make_agent, scripted_model):
+    agent = make_agent()
+    for _ in range(4):
+        scripted_model.fail(503)
+    with pytest.raises(ProviderError) as info:
+        await agent.turn("cli:direct", "remember: the key is under the mat")
+    assert "503" in str(info.value) or "after" in str(info.value)
+    stored = messages_of(agent)
+    assert stored and stored[-1]["role"] == "user"
+    assert "under the mat" in stored[-1]["content"]
+    # The next turn replays that message and works.
+    scripted_model.reply("Noted.")
+    result = await agent.turn("cli:direct", "did you get that?")
+    assert result.reply == "Noted."
+    assert "under the mat" in json.dumps(scripted_model.requests[-1].messages)
+
+
+async def test_slash_commands_are_answered_without_the_model(make_agent, scripted_model):
+    agent = make_agent()
+    help_text = (await agent.turn("cli:direct", "/help")).reply
+    assert "/new" in help_text and "/dream-restore" in help_text
+    unknown = (await agent.turn("cli:direct", "/frobnicate")).reply
+    assert "/help" in unknown
+    status = (await agent.turn("cli:direct", "/status")).reply
+    assert "scripted-model" in status
+    assert scripted_model.requests == []
+
+
+async def test_a_path_that_looks_like_a_command_goes_to_the_model(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("That is the hosts file.")
+    assert (await agent.turn("cli:direct", "/etc/hosts what is it?")).reply == "That is the hosts file."
+
+
+async def test_secrets_are_not_written_to_the_session(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("I will not store it.")
+    await agent.turn("cli:direct", "my key is sk-test-key-000000000000 and sk-proj-abcdefghijklmnop1234567890")
+    raw = (agent.workspace / key_to_relpath("cli:direct")).read_text()
+    assert "sk-test-key-000000000000" not in raw
+    assert "sk-proj-abcdefghijklmnop1234567890" not in raw

@@ -1,0 +1,56 @@
+"""Shared fixtures: real workspaces in tmp dirs and agents wired to the scripted model over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hippobot.agent.agent import Agent
+from hippobot.cli.onboard import onboard
+from hippobot.config import Settings, load_settings
+from hippobot.testing.server import ScriptedServer
+
+
+def model_env(home: Path, server: ScriptedServer | None = None, **extra: str) -> dict[str, str]:
+    """Environment that points hippobot at the scripted server (OpenAI-compatible API)."""
+    env = {"HIPPOBOT_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    if server is not None:
+        env.update(
+            HIPPOBOT_MODEL="scripted-model",
+            HIPPOBOT_API_BASE=server.base_url,
+            HIPPOBOT_API_KEY="sk-test-key-000000000000",
+        )
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def make_settings(hippobot_home: Path, scripted_server: ScriptedServer) -> Callable[..., Settings]:
+    def make(*, onboarded: bool = True, **defaults: Any) -> Settings:
+        settings = load_settings(model_env(hippobot_home, scripted_server))
+        for name, value in defaults.items():
+            setattr(settings.config.agents.defaults, name, value)
+        if onboarded:
+            onboard(settings)
+        return settings
+
+    return make
+
+
+@pytest.fixture
+def make_agent(make_settings: Callable[..., Settings]) -> Callable[..., Agent]:
+    """An Agent on a fresh onboarded workspace that talks HTTP to the scripted model."""
+
+    def make(**defaults: Any) -> Agent:
+        settings = make_settings(**defaults)
+        agent = Agent(settings)
+        # Retries back off for real; keep tests quick by not sleeping between attempts.
+        from hippobot.providers.retry import RetryPolicy
+
+        agent.retry_policy = RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=0.0)
+        return agent
+
+    return make

@@ -1,0 +1,175 @@
+"""Consolidation as a user relies on it: facts survive the context window, nothing is lost."""
+
+from __future__ import annotations
+
+import json
+
+from hippobot.context import tokens
+from hippobot.lifecycle.summaries import parse_summary, raw_entry
+from hippobot.memory.history import HistorySource
+from hippobot.testing.archivist import archivist, is_archive_request
+
+SMALL = {"context_window_tokens": 6000, "max_tokens": 500}
+
+
+def history_lines(agent):
+    path = agent.workspace / "memory" / "history.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def request_tokens(request) -> int:
+    return tokens.count_messages(request.messages) + tokens.count_tools(request.tools)
+
+
+async def chat(agent, n: int, key: str = "cli:direct", planted: dict[int, str] | None = None) -> None:
+    planted = planted or {}
+    for i in range(n):
+        filler = f"Turn {i}: let us talk about gardening, compost, tomatoes and rain barrels. " * 6
+        text = f"{planted[i]}\n{filler}" if i in planted else filler
+        await agent.turn(key, text)
+        await agent.jobs.drain()
+
+
+async def test_planted_facts_stay_in_the_prompt_after_several_consolidations(make_agent, scripted_model):
+    agent = make_agent(**SMALL)
+    scripted_model.fallback = archivist
+    planted = {
+        0: "FACT: User's cat is named Luna",
+        1: "FACT: User lives in Tokyo",
+        3: "FACT: User's favourite editor is Helix",
+        9: "CORRECTION: User moved to Osaka, not Tokyo",
+    }
+    await chat(agent, 30, planted=planted)
+
+    archive_calls = [r for r in scripted_model.requests if is_archive_request(r)]
+    assert len(archive_calls) >= 3, "the conversation should have been consolidated several times"
+    entries = history_lines(agent)
+    assert all(e["source"]["session"] == "cli:direct" for e in entries)
+    # Every planted fact reached the archive, the correction as a correction.
+    archived = "\n".join(e["content"] for e in entries)
+    assert "- [permanent] User's cat is named Luna" in archived
+    assert "- [correction] User moved to Osaka, not Tokyo" in archived
+    # ... and is in the system prompt of the latest normal request (Recent History).
+    last_turn = [r for r in scripted_model.requests if not is_archive_request(r)][-1]
+    system = last_turn.messages[0]["content"]
+    for fact in ("cat is named Luna", "favourite editor is Helix", "moved to Osaka, not Tokyo"):
+        assert fact in system
+    # The prompt never exceeded the input budget.
+    budget = agent.budget.input
+    assert max(request_tokens(r) for r in scripted_model.requests if not is_archive_request(r)) <= budget
+    # Raw messages stay on disk: consolidation only moves the pointer.
+    assert len(agent.sessions.get("cli:direct").messages) == 60
+
+
+async def test_the_summary_request_shares_the_previous_requests_prefix(make_agent, scripted_model):
+    agent = make_agent(**SMALL)
+    scripted_model.fallback = archivist
+    await chat(agent, 30)
+    requests = scripted_model.requests
+    index = next(i for i, r in enumerate(requests) if is_archive_request(r) and r.last_user_text().startswith("[Memory"))
+    summary, before = requests[index], requests[index - 1]
+    assert summary.tool_choice == "none"
+    assert summary.tools == before.tools
+    dump = lambda msgs: [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in msgs]  # noqa: E731
+    assert dump(summary.messages)[: len(before.messages)] == dump(before.messages)
+
+
+async def test_a_failing_summary_becomes_a_bounded_raw_entry_and_chat_goes_on(make_agent, scripted_model):
+    agent = make_agent(**SMALL)
+    replies = iter(range(10_000))
+
+    def broken_archivist(request):
+        if is_archive_request(request):
+            return "I am sorry, I cannot summarise this conversation."
+        return f"ok {next(replies)}"
+
+    scripted_model.fallback = broken_archivist
+    await chat(agent, 25)
+    entries = history_lines(agent)
+    assert entries and all(e["content"].startswith("[RAW] ") for e in entries)
+    assert all(len(e["content"]) < 17_000 for e in entries)
+    session = agent.sessions.get("cli:direct")
+    assert session.last_consolidated > 0
+    scripted_model.fallback = None
+    scripted_model.reply("still here")
+    assert (await agent.turn("cli:direct", "are you there?")).reply == "still here"
+
+
+async def test_a_crash_between_entry_and_pointer_neither_loses_nor_duplicates(make_agent, scripted_model):
+    agent = make_agent(**SMALL)
+    scripted_model.fallback = archivist
+    await chat(agent, 4, planted={0: "FACT: User plays the cello"})
+    session = agent.sessions.get("cli:direct")
+    # Simulate a crash after the summary was appended but before the pointer moved.
+    agent.memory.append_history(
+        "- [permanent] User plays the cello", session_key="cli:direct",
+        source=HistorySource(session="cli:direct", start=0, end=4),
+    )
+    assert session.last_consolidated == 0
+    agent.consolidator.repair(session)
+    assert session.last_consolidated == 4
+    await agent.consolidator.archive_until(session, 4)
+    assert sum("cello" in e["content"] for e in history_lines(agent)) == 1
+
+
+async def test_new_archives_in_the_background_and_starts_fresh(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.fallback = archivist
+    await agent.turn("cli:direct", "FACT: User's sister is called Mira")
+    reply = (await agent.turn("cli:direct", "/new")).reply
+    assert reply.startswith("New session started.")
+    await agent.aclose()
+    entries = history_lines(agent)
+    assert any("sister is called Mira" in e["content"] for e in entries)
+    await agent.turn("cli:direct", "hello again")
+    last = scripted_model.requests[-1]
+    convo = json.dumps(last.messages[1:])
+    assert "Mira" not in convo  # the old conversation is no longer replayed...
+    assert "sister is called Mira" in last.messages[0]["content"]  # ...but remembered
+
+
+async def test_an_unfinished_new_is_resumed_by_the_next_process(make_agent, scripted_model):
+    from hippobot.agent.agent import Agent
+
+    agent = make_agent()
+    scripted_model.fallback = archivist
+    await agent.turn("cli:direct", "FACT: User's bike is green")
+    session = agent.sessions.get("cli:direct")
+    session.metadata["fresh_start"] = len(session.messages)  # /new recorded, archive never ran
+    await agent.sessions.save_meta(session)
+
+    second = Agent(agent.settings)
+    assert await second.consolidator.resume_pending() == 1
+    await second.aclose()
+    assert any("bike is green" in e["content"] for e in history_lines(second))
+
+
+async def test_idle_sessions_are_compacted_into_an_archived_summary(make_agent, scripted_model):
+    agent = make_agent(idle_compact_after_minutes=1)
+    scripted_model.fallback = archivist
+    await agent.turn("cli:direct", "FACT: User's flight leaves Friday at 9")
+    session = agent.sessions.get("cli:direct")
+    session.updated_at = "2020-01-01T00:00:00+00:00"
+    assert agent.consolidator.idle_due(session)
+    await agent.turn("cli:direct", "what was I saying?")
+    last = [r for r in scripted_model.requests if not is_archive_request(r)][-1]
+    assert "flight leaves Friday at 9" in last.messages[0]["content"]
+    assert session.summary is not None
+
+
+def test_summary_parser_accepts_the_line_format_and_rejects_garbage():
+    parsed = parse_summary("Here you go:\n- [permanent] Has a cat\n* [CORRECTION] Lives in Osaka, not Tokyo\n")
+    assert parsed.lines == ("- [permanent] Has a cat", "- [correction] Lives in Osaka, not Tokyo")
+    assert parse_summary("(nothing)").nothing
+    assert not parse_summary("I cannot do that").ok
+    assert not parse_summary("").ok
+
+
+def test_raw_entries_are_bounded_and_say_where_the_messages_are():
+    msgs = [{"role": "user", "content": "x" * 50_000, "timestamp": "2026-01-01T10:00:00"}]
+    text = raw_entry(msgs, session_key="cli:direct", start=3, end=4, reason="timeout")
+    assert text.startswith("[RAW] 1 messages (summary failed: timeout)")
+    assert len(text) < 16_500
+    assert "cli:direct #3-3" in text

@@ -1,0 +1,89 @@
+"""Helpers for the ``hippobot serve`` tests: a live in-process server and session readers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import uvicorn
+from starlette.applications import Starlette
+
+from hippobot.agent.agent import Agent
+from hippobot.messages import RUNTIME_CONTEXT_HEADER, public_text
+from hippobot.server.app import create_app
+from hippobot.server.run import GracefulServer, bind_socket
+from hippobot.session.keys import key_to_relpath
+from hippobot.testing.scripted import RecordedRequest
+
+
+@dataclass
+class Running:
+    """One live server; ``stop()`` is what SIGTERM does to the real process."""
+
+    agent: Agent
+    app: Starlette
+    server: GracefulServer
+    thread: threading.Thread
+    port: int
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/v1"
+
+    def client(self, api_key: str = "unused", **kw: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
+
+    def aclient(self, api_key: str = "unused", **kw: Any) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the server did not shut down"
+
+
+def start_server(agent: Agent, **app_kw: Any) -> Running:
+    app_kw.setdefault("api_key", None)
+    shutdown_timeout = app_kw.setdefault("shutdown_timeout", 5.0)
+    app = create_app(agent, **app_kw)
+    sock = bind_socket("127.0.0.1", 0)
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    server = GracefulServer(config, app, shutdown_timeout)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="hippobot-serve", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    return Running(agent, app, server, thread, sock.getsockname()[1])
+
+
+def user_words(request: RecordedRequest) -> str:
+    """What the user typed, without the runtime-context block the agent appends."""
+    return request.last_user_text().split(RUNTIME_CONTEXT_HEADER, 1)[0].strip()
+
+
+def session_records(agent: Agent, key: str) -> list[dict[str, Any]]:
+    """Every line of a session file, parsed (fails if any line is not JSON)."""
+    path = agent.workspace / key_to_relpath(key)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def session_messages(agent: Agent, key: str) -> list[tuple[str, str]]:
+    """(role, text a person would read) of a session's messages."""
+    return [(r["role"], public_text(r)) for r in session_records(agent, key) if "role" in r]
+
+
+def session_path(agent: Agent, key: str) -> Path:
+    return agent.workspace / key_to_relpath(key)
