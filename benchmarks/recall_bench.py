@@ -35,9 +35,15 @@ from pathlib import Path
 from hippobot.recall import RecallIndex
 
 SEED = 20260403
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
 RESULTS = Path(__file__).parent / "results" / "recall.json"
 
-TOPICS = """
+TOPICS = _words("""
 database postgres sqlite migration schema index query backup replica latency timeout
 garden tomato basil compost watering seedlings greenhouse harvest pruning mulch
 travel flight hotel passport visa itinerary train airport luggage booking lisbon kyoto
@@ -48,13 +54,13 @@ python rust typescript compiler refactor test coverage lint docker kubernetes ng
 cat dog vet walk luna biscuit birthday anniversary gift party wedding concert tickets
 running marathon gym yoga sleep doctor dentist appointment prescription vitamins
 novel podcast album guitar piano lesson chess puzzle photography camera lens editing
-""".split()
-COMMON = """the a to and of in is it you that for on with this be are as at we can
+""")
+COMMON = _words("""the a to and of in is it you that for on with this be are as at we can
 have not will your i my was but so if or do about from what there just like more
-""".split()
-CHINESE = """用户 喜欢 深色 模式 数据库 迁移 备份 旅行 机票 酒店 护照 晚餐 素食 咖啡 预算
+""")
+CHINESE = _words("""用户 喜欢 深色 模式 数据库 迁移 备份 旅行 机票 酒店 护照 晚餐 素食 咖啡 预算
 发票 会议 截止 发布 测试 部署 猫 狗 生日 礼物 音乐会 跑步 睡眠 医生 预约 小说 吉他 摄影
-花园 番茄 浇水 收获 项目 代码 服务器 超时 索引 查询 日志 监控 周末 计划 提醒""".split()
+花园 番茄 浇水 收获 项目 代码 服务器 超时 索引 查询 日志 监控 周末 计划 提醒""")
 
 
 @dataclass
@@ -65,8 +71,28 @@ class Corpus:
 
     @classmethod
     def build(cls, rng: random.Random, size: int = 20_000) -> Corpus:
-        syllables = ["ka", "lo", "mi", "ren", "to", "sa", "vel", "qu", "dor", "an", "is", "el",
-                     "mar", "tin", "po", "ra", "zu", "bex", "ny", "os"]
+        syllables = [
+            "ka",
+            "lo",
+            "mi",
+            "ren",
+            "to",
+            "sa",
+            "vel",
+            "qu",
+            "dor",
+            "an",
+            "is",
+            "el",
+            "mar",
+            "tin",
+            "po",
+            "ra",
+            "zu",
+            "bex",
+            "ny",
+            "os",
+        ]
         invented = {"".join(rng.choices(syllables, k=rng.randint(2, 4))) for _ in range(size)}
         words = COMMON + TOPICS + sorted(invented)
         # Zipf-like weights: a few very common words, a long tail of rare ones.
@@ -105,8 +131,12 @@ def build_workspace(root: Path, *, history: int, sessions: int, per_session: int
         for cursor in range(1, history + 1):
             key = f"cli:chat{rng.randrange(sessions)}"
             facts = "\n".join(f"- {corpus.text(6, 18)}" for _ in range(rng.randint(1, 4)))
-            entry = {"cursor": cursor, "timestamp": _ts(start, 365, cursor / history, "%Y-%m-%d %H:%M"),
-                     "content": facts, "session_key": key}
+            entry = {
+                "cursor": cursor,
+                "timestamp": _ts(start, 365, cursor / history, "%Y-%m-%d %H:%M"),
+                "content": facts,
+                "session_key": key,
+            }
             fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
     channels = ["cli", "telegram", "slack", "discord", "feishu"]
     for s in range(sessions):
@@ -114,36 +144,61 @@ def build_workspace(root: Path, *, history: int, sessions: int, per_session: int
         keys.append(key)
         path = root / "sessions" / key.split(":")[0] / f"chat{s}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"_type": "session", "format": 1, "key": key, "created_at": start.isoformat()})]
+        lines = [
+            json.dumps(
+                {"_type": "session", "format": 1, "key": key, "created_at": start.isoformat()}
+            )
+        ]
         for i in range(per_session):
-            lines.append(json.dumps(_message(corpus, rng, i, _ts(start, 365, i / per_session, "%Y-%m-%dT%H:%M:%S")),
-                                    ensure_ascii=False))
+            lines.append(
+                json.dumps(
+                    _message(corpus, rng, i, _ts(start, 365, i / per_session, "%Y-%m-%dT%H:%M:%S")),
+                    ensure_ascii=False,
+                )
+            )
             if i % 100 == 99:
                 lines.append(json.dumps({"_type": "meta", "last_consolidated": i}))
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "memory" / "MEMORY.md").write_text(
-        "# Memory\n\n" + "\n".join(f"- {corpus.sentence(5, 12)}" for _ in range(80)) + "\n", encoding="utf-8"
+        "# Memory\n\n" + "\n".join(f"- {corpus.sentence(5, 12)}" for _ in range(80)) + "\n",
+        encoding="utf-8",
     )
     (root / "USER.md").write_text("# User\n\n" + corpus.sentence(10, 20) + "\n", encoding="utf-8")
-    return {"history_entries": history, "sessions": sessions, "session_messages": sessions * per_session,
-            "keys": keys, "corpus": corpus}
+    return {
+        "history_entries": history,
+        "sessions": sessions,
+        "session_messages": sessions * per_session,
+        "keys": keys,
+        "corpus": corpus,
+    }
 
 
 def _message(corpus: Corpus, rng: random.Random, i: int, ts: str) -> dict:
     role = ("user", "assistant")[i % 2]
     if role == "assistant" and rng.random() < 0.08:
         args = json.dumps({"command": f"grep -r {rng.choice(TOPICS)} notes/"})
-        return {"role": "assistant", "content": None, "timestamp": ts, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": "exec", "arguments": args}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "timestamp": ts,
+            "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "exec", "arguments": args}}
+            ],
+        }
     if rng.random() < 0.05:
-        return {"role": "tool", "content": corpus.text(30, 120), "tool_call_id": f"c{i}", "name": "exec",
-                "timestamp": ts}
+        return {
+            "role": "tool",
+            "content": corpus.text(30, 120),
+            "tool_call_id": f"c{i}",
+            "name": "exec",
+            "timestamp": ts,
+        }
     return {"role": role, "content": corpus.text(5, 40), "timestamp": ts}
 
 
 def queries(corpus: Corpus, n: int) -> list[str]:
     rng = random.Random(SEED + 1)
-    mid = corpus.words[len(COMMON): len(COMMON) + 2000]
+    mid = corpus.words[len(COMMON) : len(COMMON) + 2000]
     rare = corpus.words[-5000:]
     makers = [
         lambda: rng.choice(TOPICS),
@@ -166,14 +221,19 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def _ms(values: list[float]) -> dict:
-    return {"median_ms": round(statistics.median(values) * 1000, 3),
-            "p95_ms": round(_pct(values, 95) * 1000, 3),
-            "max_ms": round(max(values) * 1000, 3)}
+    return {
+        "median_ms": round(statistics.median(values) * 1000, 3),
+        "p95_ms": round(_pct(values, 95) * 1000, 3),
+        "max_ms": round(max(values) * 1000, 3),
+    }
 
 
 def run(root: Path, *, small: bool) -> dict:
-    sizes = dict(history=2_000, sessions=20, per_session=200) if small else \
-        dict(history=50_000, sessions=500, per_session=1_000)
+    sizes = (
+        dict(history=2_000, sessions=20, per_session=200)
+        if small
+        else dict(history=50_000, sessions=500, per_session=1_000)
+    )
     n_turns, n_queries = (50, 50) if small else (200, 200)
     started = time.perf_counter()
     info = build_workspace(root, **sizes)
@@ -185,19 +245,37 @@ def run(root: Path, *, small: bool) -> dict:
 
     rng = random.Random(SEED + 2)
     corpus: Corpus = info["corpus"]
-    turn_times = []
-    for i in range(n_turns):
+
+    def append_turn(i: int) -> Path:
         key = rng.choice(info["keys"])
-        path = root / "sessions" / key.split(":")[0] / f"{key.split(':')[1]}.jsonl"
+        channel, chat = key.split(":")
+        path = root / "sessions" / channel / f"{chat}.jsonl"
+        now = datetime.now().isoformat(timespec="seconds")
         with path.open("a", encoding="utf-8") as fh:
-            now = datetime.now().isoformat(timespec="seconds")
-            fh.write(json.dumps({"role": "user", "content": f"turn {i}: {corpus.text(5, 30)}", "timestamp": now},
-                                ensure_ascii=False) + "\n")
-            fh.write(json.dumps({"role": "assistant", "content": corpus.text(10, 60), "timestamp": now},
-                                ensure_ascii=False) + "\n")
+            for role, text in (
+                ("user", f"turn {i}: {corpus.text(5, 30)}"),
+                ("assistant", corpus.text(10, 60)),
+            ):
+                fh.write(
+                    json.dumps(
+                        {"role": role, "content": text, "timestamp": now}, ensure_ascii=False
+                    )
+                    + "\n"
+                )
+        return path
+
+    turn_times, targeted_times = [], []
+    for i in range(n_turns):
+        append_turn(i)
         t = time.perf_counter()
         s = index.sync()
         turn_times.append(time.perf_counter() - t)
+        assert s.docs_added == 2 and s.docs_removed == 0, s
+    for i in range(n_turns):
+        path = append_turn(n_turns + i)
+        t = time.perf_counter()
+        s = index.sync(paths=[path])
+        targeted_times.append(time.perf_counter() - t)
         assert s.docs_added == 2 and s.docs_removed == 0, s
     idle_times = []
     for _ in range(n_turns):
@@ -223,12 +301,20 @@ def run(root: Path, *, small: bool) -> dict:
     return {
         "workspace": {k: info[k] for k in ("history_entries", "sessions", "session_messages")},
         "generate_s": round(generate_s, 2),
-        "rebuild": {"seconds": round(stats.seconds, 2), "docs": stats.docs_added,
-                    "mb_read": round(stats.bytes_read / 1e6, 1), "index_mb": round(db_bytes / 1e6, 1)},
+        "rebuild": {
+            "seconds": round(stats.seconds, 2),
+            "docs": stats.docs_added,
+            "mb_read": round(stats.bytes_read / 1e6, 1),
+            "index_mb": round(db_bytes / 1e6, 1),
+        },
         "append_turn_sync": _ms(turn_times),
+        "append_turn_sync_paths": _ms(targeted_times),
         "idle_sync": _ms(idle_times),
-        "query": {**_ms(query_times), "queries": len(qs),
-                  "with_hits": sum(1 for c in hit_counts if c)},
+        "query": {
+            **_ms(query_times),
+            "queries": len(qs),
+            "with_hits": sum(1 for c in hit_counts if c),
+        },
         "query_with_auto_sync": _ms(synced_times),
         "python": sys.version.split()[0],
     }
@@ -237,18 +323,41 @@ def run(root: Path, *, small: bool) -> dict:
 def table(r: dict) -> str:
     w = r["workspace"]
     rows = [
-        ("workspace", f"{w['history_entries']:,} history entries, {w['session_messages']:,} messages "
-                      f"in {w['sessions']} sessions"),
-        ("full rebuild", f"{r['rebuild']['seconds']} s for {r['rebuild']['docs']:,} docs "
-                         f"({r['rebuild']['mb_read']} MB read, index {r['rebuild']['index_mb']} MB)"),
-        ("append turn + sync", f"median {r['append_turn_sync']['median_ms']} ms, "
-                               f"p95 {r['append_turn_sync']['p95_ms']} ms"),
-        ("sync, nothing changed", f"median {r['idle_sync']['median_ms']} ms, p95 {r['idle_sync']['p95_ms']} ms"),
-        ("query (synced index)", f"p50 {r['query']['median_ms']} ms, p95 {r['query']['p95_ms']} ms, "
-                                 f"max {r['query']['max_ms']} ms ({r['query']['with_hits']}/{r['query']['queries']} "
-                                 "with hits)"),
-        ("query incl. sync()", f"p50 {r['query_with_auto_sync']['median_ms']} ms, "
-                               f"p95 {r['query_with_auto_sync']['p95_ms']} ms"),
+        (
+            "workspace",
+            f"{w['history_entries']:,} history entries, {w['session_messages']:,} messages "
+            f"in {w['sessions']} sessions",
+        ),
+        (
+            "full rebuild",
+            f"{r['rebuild']['seconds']} s for {r['rebuild']['docs']:,} docs "
+            f"({r['rebuild']['mb_read']} MB read, index {r['rebuild']['index_mb']} MB)",
+        ),
+        (
+            "append turn + sync",
+            f"median {r['append_turn_sync']['median_ms']} ms, "
+            f"p95 {r['append_turn_sync']['p95_ms']} ms",
+        ),
+        (
+            "append turn + sync(paths=[file])",
+            f"median {r['append_turn_sync_paths']['median_ms']} ms, "
+            f"p95 {r['append_turn_sync_paths']['p95_ms']} ms",
+        ),
+        (
+            "sync, nothing changed",
+            f"median {r['idle_sync']['median_ms']} ms, p95 {r['idle_sync']['p95_ms']} ms",
+        ),
+        (
+            "query (synced index)",
+            f"p50 {r['query']['median_ms']} ms, p95 {r['query']['p95_ms']} ms, "
+            f"max {r['query']['max_ms']} ms ({r['query']['with_hits']}/{r['query']['queries']} "
+            "with hits)",
+        ),
+        (
+            "query incl. sync()",
+            f"p50 {r['query_with_auto_sync']['median_ms']} ms, "
+            f"p95 {r['query_with_auto_sync']['p95_ms']} ms",
+        ),
     ]
     width = max(len(a) for a, _ in rows)
     return "\n".join(f"{a:<{width}}  {b}" for a, b in rows)
@@ -257,7 +366,9 @@ def table(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true", help="quick smoke run")
-    parser.add_argument("--out", type=Path, help="JSON results file (full run default: results/recall.json)")
+    parser.add_argument(
+        "--out", type=Path, help="JSON results file (full run default: results/recall.json)"
+    )
     parser.add_argument("--keep", type=Path, help="build the workspace here and keep it")
     args = parser.parse_args(argv)
     out = args.out or (None if args.small else RESULTS)

@@ -296,3 +296,20 @@ def test_redact_exact_prefers_the_longer_overlapping_secret():
 def test_redact_exact_treats_secrets_literally():
     assert redact_exact("a.b*c+d?e(f) x", ["a.b*c+d?e(f)"]) == f"{REDACTED} x"
     assert redact_exact("nothing here", []) == "nothing here"
+
+
+def test_redaction_of_huge_tool_output_stays_linear():
+    # Shapes that make naive patterns backtrack quadratically; each is ~100 KB, so a
+    # regression shows up as a test run of minutes, not as a flaky time limit.
+    blobs = [
+        "api_key=" * 12_000,
+        "a-" * 50_000,
+        "Bearer a" * 12_000,
+        "sk-" + "a" * 100_000,
+    ]
+    for blob in blobs:
+        assert redact_secrets(blob) == blob
+    quoted = redact_secrets('api_key="' * 10_000)
+    assert quoted.count(REDACTED) == 5_000  # every other name is the previous one's value
+    key = "sk-abcdefghijklmnopqrstuvwxyz0123456789"
+    assert redact_secrets("x" * 100_000 + " " + key) == "x" * 100_000 + " " + REDACTED

@@ -78,13 +78,23 @@ def test_get_session_message_with_neighbours(two_chats: Workspace, index: Recall
 def test_get_memory_lines_around(two_chats: Workspace, index: RecallIndex) -> None:
     text = index.get("memory/MEMORY.md:4", around=1)
 
-    assert text == "memory/MEMORY.md lines 3-5 of 5\n 3  - Loves Kyoto\n>4  - Vegetarian\n 5  - Runs on Sundays"
+    assert (
+        text
+        == "memory/MEMORY.md lines 3-5 of 5\n 3  - Loves Kyoto\n>4  - Vegetarian\n 5  - Runs on Sundays"
+    )
 
 
 @pytest.mark.parametrize(
     "citation",
-    ["history#999", "session nosuch:chat#0", "session cli:direct#77", "memory/MEMORY.md:99",
-     "../../etc/passwd:1", "AGENTS.md:1", "just words"],
+    [
+        "history#999",
+        "session nosuch:chat#0",
+        "session cli:direct#77",
+        "memory/MEMORY.md:99",
+        "../../etc/passwd:1",
+        "AGENTS.md:1",
+        "just words",
+    ],
 )
 def test_get_rejects_bad_citations(two_chats: Workspace, index: RecallIndex, citation: str) -> None:
     (two_chats.root / "AGENTS.md").write_text("not indexed\n", encoding="utf-8")
@@ -101,12 +111,22 @@ def test_hits_to_json_is_serialisable(two_chats: Workspace, index: RecallIndex) 
     data = hits_to_json(index.search("kyoto"))
 
     assert json.loads(json.dumps(data)) == data
-    assert {"citation", "kind", "snippet", "score", "timestamp", "session_key", "other_session"} <= set(data[0])
+    assert {
+        "citation",
+        "kind",
+        "snippet",
+        "score",
+        "timestamp",
+        "session_key",
+        "other_session",
+    } <= set(data[0])
 
 
 def test_format_hits_one_line_per_hit(two_chats: Workspace, index: RecallIndex) -> None:
     hits = index.search("vegetarian")
-    assert format_hits(hits) == "[memory/MEMORY.md:4] - Loves Kyoto - «Vegetarian» - Runs on Sundays"
+    assert (
+        format_hits(hits) == "[memory/MEMORY.md:4] - Loves Kyoto - «Vegetarian» - Runs on Sundays"
+    )
     assert format_hits([]) == "No matches."
 
 
@@ -116,9 +136,17 @@ async def test_memory_search_tool(two_chats: Workspace, index: RecallIndex) -> N
 
     result = await search.invoke({"query": "ryokan", "k": 3, "scope": "sessions"})
 
-    assert result.text.splitlines()[0] == "[session cli:direct#1] 2026-04-02 10:00 assistant: book a «ryokan» in Kyoto"
+    assert (
+        result.text.splitlines()[0]
+        == "[session cli:direct#1] 2026-04-02 10:00 assistant: book a «ryokan» in Kyoto"
+    )
     assert "memory_get" in result.text
-    assert search.parameters["properties"]["scope"]["enum"] == ["all", "history", "sessions", "memory"]
+    assert search.parameters["properties"]["scope"]["enum"] == [
+        "all",
+        "history",
+        "sessions",
+        "memory",
+    ]
     assert (await search.invoke({"query": "zzzz-nothing"})).text == "No matches for 'zzzz-nothing'."
 
 
@@ -133,8 +161,12 @@ async def test_memory_get_tool(two_chats: Workspace, index: RecallIndex) -> None
         await get.invoke({"citation": "nonsense"})
 
 
-async def test_private_tool_search_hides_other_chats(two_chats: Workspace, index: RecallIndex) -> None:
-    search = _tool(recall_tools(index, session_key="cli:direct", include_other_sessions=False), "memory_search")
+async def test_private_tool_search_hides_other_chats(
+    two_chats: Workspace, index: RecallIndex
+) -> None:
+    search = _tool(
+        recall_tools(index, session_key="cli:direct", include_other_sessions=False), "memory_search"
+    )
 
     text = (await search.invoke({"query": "budget"})).text
 

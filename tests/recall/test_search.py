@@ -65,7 +65,11 @@ def test_runtime_context_suffix_is_not_indexed(ws: Workspace, index: RecallIndex
 
 
 def test_tool_calls_and_results_are_searchable(ws: Workspace, index: RecallIndex) -> None:
-    call = {"id": "c1", "type": "function", "function": {"name": "exec", "arguments": json.dumps({"command": "du -sh ~/photos"})}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "exec", "arguments": json.dumps({"command": "du -sh ~/photos"})},
+    }
     ws.add_message("cli:direct", "assistant", None, tool_calls=[call])
     ws.add_message("cli:direct", "tool", "42G\t/home/ada/photos", tool_call_id="c1", name="exec")
 
@@ -131,7 +135,9 @@ def test_all_terms_rank_before_some_terms(ws: Workspace, index: RecallIndex) -> 
     assert _citations(hits) == ["history#2", "history#1"]
 
 
-def test_recent_entries_rank_higher_when_equally_relevant(ws: Workspace, index: RecallIndex) -> None:
+def test_recent_entries_rank_higher_when_equally_relevant(
+    ws: Workspace, index: RecallIndex
+) -> None:
     ws.add_history(1, "- Flight to Berlin booked", timestamp="2025-01-10 09:00")
     ws.add_history(2, "- Flight to Berlin booked", timestamp="2026-04-01 09:00")
 
@@ -164,8 +170,24 @@ def test_k_limits_results(ws: Workspace, index: RecallIndex) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ['"', "*", "NEAR(", ")(", "AND OR", "'; DROP TABLE docs; --", 'a"b', "body:llama", "^x", "-", "{owner}: k1", "",
-     "\x00", "NOT", "llama*", '"llama'],
+    [
+        '"',
+        "*",
+        "NEAR(",
+        ")(",
+        "AND OR",
+        "'; DROP TABLE docs; --",
+        'a"b',
+        "body:llama",
+        "^x",
+        "-",
+        "{owner}: k1",
+        "",
+        "\x00",
+        "NOT",
+        "llama*",
+        '"llama',
+    ],
 )
 def test_hostile_queries_never_raise(ws: Workspace, index: RecallIndex, query: str) -> None:
     ws.add_history(1, "a llama and an owner walk into a docs table")

@@ -126,7 +126,9 @@ def test_edit_in_place_that_grows_the_file_is_detected(ws: Workspace, index: Rec
     index.sync()
 
     path = ws.session_path("cli:direct")
-    path.write_text(path.read_text(encoding="utf-8").replace("walrus", "narwhal-and-more"), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("walrus", "narwhal-and-more"), encoding="utf-8"
+    )
     stats = index.sync()
 
     assert stats.files_reindexed == 1
@@ -243,3 +245,30 @@ def test_schema_change_triggers_rebuild(ws: Workspace, index: RecallIndex) -> No
         assert _citations(again.search("lemur")) == ["history#1"]
     finally:
         again.close()
+
+
+def test_sync_given_paths_checks_only_those(ws: Workspace, index: RecallIndex) -> None:
+    ws.add_message("cli:direct", "user", "one")
+    ws.add_message("telegram:7", "user", "two")
+    index.sync()
+    ws.add_message("cli:direct", "user", "toucan")
+    ws.add_message("telegram:7", "user", "flamingo")
+
+    stats = index.sync(paths=[ws.session_path("cli:direct"), ws.root / "AGENTS.md"])
+
+    assert (stats.files_seen, stats.files_appended, stats.docs_added) == (1, 1, 1)
+    index.auto_sync = False
+    assert [h.citation for h in index.search("toucan")] == ["session cli:direct#1"]
+    assert index.search("flamingo") == []
+    assert index.sync().docs_added == 1  # the full sync picks up the rest
+
+
+def test_sync_given_a_deleted_path_drops_it(ws: Workspace, index: RecallIndex) -> None:
+    ws.add_message("cli:direct", "user", "armadillo")
+    index.sync()
+    ws.session_path("cli:direct").unlink()
+
+    stats = index.sync(paths=[ws.session_path("cli:direct")])
+
+    assert stats.files_removed == 1
+    assert index.search("armadillo") == []

@@ -3,9 +3,10 @@ talks HTTP to the scripted model, and the official ``openai`` SDK as the client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from hippobot.agent.agent import Agent
@@ -30,3 +31,17 @@ def serve(make_agent: Callable[..., Agent]) -> Iterator[Callable[..., Running]]:
             srv.stop()
 
 
+
+
+@pytest.fixture
+async def aclient() -> AsyncIterator[Callable[[Running], openai.AsyncOpenAI]]:
+    """``aclient(srv)``: an async SDK client for ``srv``, closed at teardown."""
+    made: list[openai.AsyncOpenAI] = []
+
+    def make(srv: Running) -> openai.AsyncOpenAI:
+        made.append(srv.aclient())
+        return made[-1]
+
+    yield make
+    for client in made:
+        await client.close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ class Running:
     server: GracefulServer
     thread: threading.Thread
     port: int
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
     @property
     def root(self) -> str:
@@ -40,12 +42,16 @@ class Running:
         return f"{self.root}/v1"
 
     def client(self, api_key: str = "unused", **kw: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
+        self.clients.append(client)
+        return client
 
     def aclient(self, api_key: str = "unused", **kw: Any) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
 
     def stop(self, timeout: float = 20.0) -> None:
+        for client in self.clients:
+            client.close()
         self.server.should_exit = True
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the server did not shut down"
@@ -87,3 +93,16 @@ def session_messages(agent: Agent, key: str) -> list[tuple[str, str]]:
 
 def session_path(agent: Agent, key: str) -> Path:
     return agent.workspace / key_to_relpath(key)
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 15.0) -> None:
+    """Poll ``condition`` (a torn line read mid-write counts as not yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except ValueError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

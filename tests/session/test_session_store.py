@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -369,3 +370,34 @@ def test_list_shows_previews_counts_and_newest_first(tmp_path: Path) -> None:
     assert first.message_count == 2
     assert first.size_bytes == file_of(tmp_path, "telegram:1").stat().st_size
     assert len(infos[1].preview) == 120 and infos[1].preview.endswith("…")
+
+
+def test_failed_rewrite_keeps_the_old_file_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    session = Session(key=KEY)
+    turn(store, session, 1)
+    path = file_of(tmp_path)
+    before = path.read_bytes()
+
+    def read_only(fd: int, data: bytes) -> int:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    session.messages[:] = session.messages[-1:]
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", read_only)
+        with pytest.raises(StorageError, match="Read-only"):
+            store.rewrite(session)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["direct.jsonl"]
+
+
+def test_derived_lock_directory_may_be_deleted_between_turns(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    session = Session(key=KEY)
+    turn(store, session, 1)
+    shutil.rmtree(tmp_path / ".hippobot")
+    turn(store, session, 2)
+    loaded = JsonlSessionStore(tmp_path).load(KEY)
+    assert loaded is not None and len(loaded.messages) == 4

@@ -57,7 +57,7 @@ def onboard(settings: Settings) -> OnboardResult:
     from hippobot.memory.gitstore import GitStore
 
     git = GitStore(settings.workspace)
-    if not git.available:
+    if git.initialized and not git.available:
         result.versioning = f"memory versioning is off: {git.broken_reason}"
     else:
         created = git.init()

@@ -88,7 +88,7 @@ class Consolidator:
     # --- sizing ---------------------------------------------------------------------
 
     def replay_start(self, session: Session) -> int:
-        return max(session.last_consolidated, int(session.metadata.get("fresh_start", 0) or 0))
+        return session.replay_start
 
     def estimate(self, session: Session) -> int:
         """Prompt tokens the next request on this session would use (ground truth + delta)."""

@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -335,7 +335,11 @@ class Dream:
             from hippobot.memory.gitstore import dream_message
 
             summary = git.diff_summary()
-            sha = git.commit(dream_message(manifest.get("time", ""), summary)) if summary else None
+            # The cursor moves on every run; only content edits count (and make a commit).
+            edits = tuple(f for f in summary.files if f.path in MEMORY_FILES)
+            if edits:
+                message = dream_message(manifest.get("time", ""), replace(summary, files=edits))
+                sha = git.commit(message)
         self.manifest.unlink(missing_ok=True)
         shutil.rmtree(self.staged, ignore_errors=True)
         shutil.rmtree(self.state / "base", ignore_errors=True)

@@ -182,14 +182,33 @@ def parse_chunk(data: bytes) -> ParsedChunk:
 
 # --- reasoning leaks ------------------------------------------------------------------
 
-_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
-_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
-_UP_TO_LAST_CLOSE = re.compile(r"\A.*</(?:think|thinking)>", re.IGNORECASE | re.DOTALL)
+_THINK_TAG = re.compile(r"<(/?)(?:think|thinking)>", re.IGNORECASE)
 # Chat-template control tokens (``<|im_start|>assistant``, ``<|im_end|>``, ``<|eot_id|>``)
 # that some servers leak into the text; the role word after a start token goes with it.
 _TEMPLATE_TOKEN = re.compile(
     r"<\|(?:im_start|start_header_id)\|>(?:\w+(?:<\|end_header_id\|>)?)?|<\|[A-Za-z0-9_]+\|>"
 )
+
+
+def _remove_reasoning(text: str) -> str:
+    # One linear pass over the tags; a regex with a lazy ``.*?`` per opening tag is
+    # quadratic on text full of unclosed tags.
+    kept: list[str] = []
+    pos = 0
+    inside = False
+    for tag in _THINK_TAG.finditer(text):
+        closing = bool(tag.group(1))
+        if inside:
+            if closing:
+                inside, pos = False, tag.end()
+        elif closing:
+            kept, pos = [], tag.end()  # the reasoning came first, without an opening tag
+        else:
+            kept.append(text[pos : tag.start()])
+            inside = True
+    if not inside:
+        kept.append(text[pos:])
+    return "".join(kept)
 
 
 def strip_think(text: str) -> str:
@@ -199,11 +218,7 @@ def strip_think(text: str) -> str:
     it; a stray ``</think>`` with no opening tag means the reasoning came first, so
     everything up to it goes. If only leaked scaffolding was there, the result is "".
     """
-    cleaned = _THINK_BLOCK.sub("", text)
-    opening = _THINK_OPEN.search(cleaned)
-    if opening:
-        cleaned = cleaned[: opening.start()]
-    cleaned = _UP_TO_LAST_CLOSE.sub("", cleaned, count=1)
+    cleaned = _remove_reasoning(text)
     cleaned = _TEMPLATE_TOKEN.sub("", cleaned)
     return text if cleaned == text else cleaned.strip()
 

@@ -69,17 +69,20 @@ _BEARER = re.compile(
 # match. Quoted values of 8+ characters are replaced; unquoted ones must also contain a
 # digit, so prose like ``token: required`` survives. JSON inside a string may carry
 # escaped quotes (\"apiKey\": \"...\").
+# The name starts where a word starts, and name prefix and value are bounded: unbounded
+# runs backtrack quadratically through long blobs (base64, minified JSON) in tool output.
 _SECRET_NAME = (
-    r"[A-Za-z0-9_\-]*(?:api[_\-]?key|apikey|secret|secret[_\-]?key|token|password|passwd)"
+    r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{0,40}?"
+    r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|token|password|passwd)"
 )
 _ASSIGNMENT_QUOTED = re.compile(
-    r"(?P<keep>(?P<q1>\\?[\"']?)\b" + _SECRET_NAME + r"(?P=q1)\s*[:=]\s*(?P<q2>\\?[\"']))"
-    r"(?P<value>[^\"'\\\n]{8,})(?=(?P=q2))",
+    r"(?P<keep>(?P<q1>\\?[\"']?)" + _SECRET_NAME + r"(?P=q1)\s*[:=]\s*(?P<q2>\\?[\"']))"
+    r"(?P<value>[^\"'\\\n]{8,256})(?=(?P=q2))",
     re.IGNORECASE,
 )
 _ASSIGNMENT_BARE = re.compile(
-    r"(?P<keep>\b" + _SECRET_NAME + r"\s*[:=]\s*)"
-    r"(?P<value>(?=[^\s\"',;]*\d)[^\s\"',;]{8,})",
+    r"(?P<keep>" + _SECRET_NAME + r"\s*[:=]\s*)"
+    r"(?P<value>(?=[^\s\"',;]{0,256}?\d)[^\s\"',;]{8,256})",
     re.IGNORECASE,
 )
 

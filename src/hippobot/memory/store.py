@@ -77,6 +77,7 @@ _TAIL_BLOCK_MAX = 1 << 20
 # Bytes before the parsed offset that must be unchanged for an incremental read to be
 # trusted (guards against a file rewritten in place to a larger size).
 _ANCHOR = 64
+_REDACT_MARGIN = 4096
 
 
 # --- atomic writes ----------------------------------------------------------------------
@@ -376,12 +377,16 @@ class MemoryStore:
 
     def _prepare(self, content: str, max_chars: int) -> str:
         text = strip_think(content).rstrip()
+        original = len(text)
+        # Bound the redaction work on huge input; the margin keeps a secret that straddles
+        # the final cut whole, so it is recognised and removed rather than half-kept.
+        text = text[: max_chars + _REDACT_MARGIN]
         text = redact_exact(redact_secrets(text), self._known_secrets)
         if len(text) > max_chars:
             if not self._warned_truncation:
                 logger.warning(
                     "history entry of %d chars cut to %d (further cuts not reported)",
-                    len(text),
+                    original,
                     max_chars,
                 )
                 self._warned_truncation = True

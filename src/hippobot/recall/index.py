@@ -8,11 +8,13 @@ Tables:
 * ``files``: one row per source file: its last seen (size, mtime_ns, inode), the byte
   ``offset`` indexed so far (always the end of a complete line), hashes of its first
   4 KiB and of the 256 bytes before ``offset``, and for sessions the numbering state.
-* ``docs``: one row per indexed unit with the text as shown to people, the citation
-  number and timestamp. Its ``id`` is the FTS rowid, allocated from a range per kind
-  (memory, history, session) so a scope filter is a rowid range FTS5 can use directly.
-* ``fts``: a contentless FTS5 table (``body``, ``owner``). Rows are deleted by replaying
-  :func:`~hippobot.recall.query.index_text` over ``docs.text``.
+* ``docs``: one narrow row per indexed unit (citation number, timestamp, session, role)
+  and ``texts``: its text as shown to people. The id is allocated from a range per kind
+  (memory, history, session) and is the rowid in that kind's FTS table.
+* ``fts_memory``, ``fts_history``, ``fts_session``: contentless FTS5 tables (``body``,
+  ``owner``). One per kind because BM25 scans every match of a term to weigh it: with
+  separate tables a scope filter is free and a query reads each posting list once.
+  Rows are deleted by replaying :func:`~hippobot.recall.query.index_text` over the text.
 
 Concurrency: WAL mode and a busy timeout; every write happens inside ``BEGIN IMMEDIATE``
 after re-reading ``files`` under that lock, so two processes syncing at once never index
@@ -26,11 +28,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
 from .query import (
     KIND_BOOST,
     Hit,
@@ -44,6 +47,7 @@ from .query import (
     format_ts,
     index_text,
     match_expression,
+    owner_clause,
     owner_token,
     parse_citation,
     parse_query,
@@ -57,6 +61,7 @@ from .sources import (
     SessionState,
     SourceFile,
     can_append,
+    classify,
     digest,
     discover,
     fallback_session_key,
@@ -70,11 +75,15 @@ log = logging.getLogger("hippobot.recall")
 
 INDEX_DIR = ".hippobot"
 INDEX_FILE = "recall.sqlite3"
-SCHEMA_VERSION = "1"  # bump when the tables or index_text() change: the index is rebuilt
+SCHEMA_VERSION = "2"  # bump when the tables or index_text() change: the index is rebuilt
 _TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 _BUSY_MS = 10_000
 _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
-_CANDIDATES = 1_000  # newest matches scored per kind and pass (bounds query cost)
+# Newest matches scored per kind: all-terms pass, then the any-term fallback. Bounds the
+# cost of a query whatever the terms; see docs/recall.md for what it means for ranking.
+_CANDIDATES = 200
+_CANDIDATES_ANY = 100
+_FTS = {"memory": "fts_memory", "history": "fts_history", "session": "fts_session"}
 _KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}
 _KIND_SPAN = 1 << 40
 _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
@@ -96,23 +105,43 @@ CREATE TABLE files(
 CREATE INDEX files_session ON files(session_key);
 CREATE TABLE docs(
     id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, num INTEGER NOT NULL, end_num INTEGER,
-    ts REAL, session_key TEXT, role TEXT, origin TEXT, text TEXT NOT NULL);
+    ts REAL, session_key TEXT, role TEXT, origin TEXT);
 CREATE INDEX docs_file ON docs(file_id, num);
-CREATE VIRTUAL TABLE fts USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
+CREATE TABLE texts(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE vectors(id INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
+CREATE VIRTUAL TABLE fts_memory USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
+CREATE VIRTUAL TABLE fts_history USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
+CREATE VIRTUAL TABLE fts_session USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
 INSERT INTO meta(key, value) VALUES ('schema', '{SCHEMA_VERSION}');
 """
 
-# The newest `cap` matches of one kind are scored (bm25 × recency) and the best `k` kept:
-# bounded work even for a term that is in every document.
-_CANDIDATE_SQL = f"""
+
+def _candidate_sql(kind: str, *, ranked: bool) -> str:
+    """Score the newest ``:cap`` matches of one kind (bm25 × recency), keep the best ``:k``.
+
+    Bounded work even for a term found in every document. Unranked (a query of stop words
+    only) skips bm25, whose cost grows with the number of matches, and orders by recency.
+    """
+    table = _FTS[kind]
+    bm25 = f"bm25({table}, 1.0, 0.0)" if ranked else "-1.0"
+    return f"""
 SELECT c.id, {score_sql("c.bm25", "coalesce(d.ts, :missing_ts)")} AS score FROM (
-    SELECT rowid AS id, bm25(fts, 1.0, 0.0) AS bm25 FROM fts
-    WHERE fts MATCH :match AND rowid >= :lo AND rowid < :hi ORDER BY rowid DESC LIMIT :cap
+    SELECT rowid AS id, {bm25} AS bm25 FROM {table}
+    WHERE {table} MATCH :match ORDER BY rowid DESC LIMIT :cap
 ) AS c JOIN docs AS d ON d.id = c.id
 ORDER BY score DESC, c.id DESC LIMIT :k
 """
 
+
 T = TypeVar("T")
+
+
+class _Everything:
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERYTHING = _Everything()
 
 
 @dataclass(slots=True)
@@ -155,7 +184,9 @@ class RecallIndex:
     ``stat`` calls when nothing changed), so results always reflect the files on disk.
     """
 
-    def __init__(self, workspace: Path, *, auto_sync: bool = True) -> None:
+    def __init__(
+        self, workspace: Path, *, auto_sync: bool = True, embedder: Embedder | None = None
+    ) -> None:
         self.workspace = Path(workspace)
         self.path = self.workspace / INDEX_DIR / INDEX_FILE
         self.auto_sync = auto_sync
@@ -166,6 +197,8 @@ class RecallIndex:
         self._data_version = -1
         self._next_ids: dict[str, int] = {}
         self._warnings: list[str] = []
+        # Optional semantic side (off by default): vectors kept next to the documents.
+        self._vectors = VectorStore(embedder) if embedder is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -204,6 +237,10 @@ class RecallIndex:
             conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            # Queries touch a few hundred scattered rows: map the file instead of copying
+            # pages through the read() path, and keep hot pages cached.
+            conn.execute("PRAGMA mmap_size=268435456")
+            conn.execute("PRAGMA cache_size=-32000")
             self._check_schema(conn)
         except BaseException:
             conn.close()
@@ -224,7 +261,7 @@ class RecallIndex:
             if version != SCHEMA_VERSION:
                 if names:
                     log.info("recall index schema %s is outdated; rebuilding", version)
-                for name in ("fts", "docs", "files", "meta"):
+                for name in ("fts", *_FTS.values(), "texts", "vectors", "docs", "files", "meta"):
                     conn.execute(f"DROP TABLE IF EXISTS {name}")
                 for statement in _SCHEMA.split(";\n"):
                     if statement.strip():
@@ -262,14 +299,19 @@ class RecallIndex:
 
     # --- sync --------------------------------------------------------------------------
 
-    def sync(self) -> SyncStats:
+    def sync(self, paths: Iterable[Path | str] | None = None) -> SyncStats:
         """Bring the index up to date with the files; only changed files are read.
 
         Unchanged files cost one ``stat`` each. A file that only grew (same inode, same
         first 4 KiB, same bytes just before the indexed offset) has only its new complete
         lines indexed; any other change re-indexes that one file.
+
+        ``paths`` limits the check to those files (e.g. the session file a turn just
+        appended to): one ``stat`` each instead of one per file in the workspace. Paths
+        the index does not cover are ignored.
         """
-        return self._guard(self._sync)
+        targets = None if paths is None else list(paths)
+        return self._guard(lambda: self._sync(targets))
 
     def rebuild(self) -> SyncStats:
         """Drop everything and index the whole workspace again."""
@@ -279,8 +321,11 @@ class RecallIndex:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute("DELETE FROM docs")
+                db.execute("DELETE FROM texts")
+                db.execute("DELETE FROM vectors")
                 db.execute("DELETE FROM files")
-                db.execute("INSERT INTO fts(fts) VALUES ('delete-all')")
+                for table in _FTS.values():
+                    db.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -288,7 +333,8 @@ class RecallIndex:
             self._states = None
             stats = self._sync()
             started = time.perf_counter()
-            db.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+            for table in _FTS.values():
+                db.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             stats.seconds += time.perf_counter() - started
             stats.rebuilt = True
@@ -312,16 +358,16 @@ class RecallIndex:
             self._data_version = version
         return self._states
 
-    def _sync(self) -> SyncStats:
+    def _sync(self, paths: list[Path | str] | None = None) -> SyncStats:
         started = time.perf_counter()
         stats = SyncStats(warnings=self._warnings)
         self._warnings = []
-        found = list(discover(self.workspace))
+        found, scope = self._discover(paths)
         stats.files_seen = len(found)
         states = self._cached_states()
         present = {sf.rel for sf, _ in found}
         todo = [(sf, st) for sf, st in found if not _is_current(states.get(sf.rel), st)]
-        if not todo and not any(rel not in present for rel in states):
+        if not todo and not any(rel not in present for rel in states if rel in scope):
             stats.files_unchanged = len(found)
             return stats
         db = self._db
@@ -342,7 +388,7 @@ class RecallIndex:
                     db.execute("COMMIT")
                     db.execute("BEGIN IMMEDIATE")
                     pending = 0
-            for rel in [rel for rel in states if rel not in present]:
+            for rel in [rel for rel in states if rel not in present and rel in scope]:
                 self._drop_file(states.pop(rel), stats)
                 stats.files_removed += 1
             db.execute("COMMIT")
@@ -357,6 +403,24 @@ class RecallIndex:
         stats.files_unchanged = stats.files_seen - changed
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def _discover(
+        self, paths: list[Path | str] | None
+    ) -> tuple[list[tuple[SourceFile, os.stat_result]], Container[str]]:
+        """Files to check, and the set of ``rel`` names a missing file may be dropped from."""
+        if paths is None:
+            return list(discover(self.workspace)), _EVERYTHING
+        found, scope = [], set()
+        for path in paths:
+            sf = classify(self.workspace, path)
+            if sf is None:
+                continue
+            scope.add(sf.rel)
+            try:
+                found.append((sf, os.stat(sf.path)))
+            except OSError:
+                continue  # gone: dropped below because it is in scope
+        return found, scope
 
     def _index_file(
         self, sf: SourceFile, state: FileState | None, stats: SyncStats
@@ -455,6 +519,7 @@ class RecallIndex:
         next_id = self._next_id(kind)
         rows: list[tuple[Any, ...]] = []
         fts_rows: list[tuple[int, str, str]] = []
+        texts: list[tuple[int, str]] = []
         for doc in docs:
             rows.append(
                 (
@@ -466,25 +531,36 @@ class RecallIndex:
                     doc.session_key,
                     doc.role,
                     doc.origin,
-                    doc.text,
                 )
             )
+            texts.append((next_id, doc.text))
             fts_rows.append((next_id, index_text(doc.text), owner_token(kind, doc.session_key)))
             next_id += 1
         self._next_ids[kind] = next_id
         if rows:
-            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?,?)", rows)
-            self._db.executemany("INSERT INTO fts(rowid, body, owner) VALUES (?,?,?)", fts_rows)
+            table = _FTS[kind]
+            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
+            self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
+            if self._vectors is not None:
+                self._vectors.add(self._db, texts)
+            self._db.executemany(
+                f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
+            )
         stats.docs_added += len(rows)
 
     def _delete_docs(self, state: FileState, stats: SyncStats) -> None:
         rows = self._db.execute(
-            "SELECT id, text, session_key FROM docs WHERE file_id=?", (state.id,)
+            "SELECT d.id, t.text, d.session_key FROM docs d JOIN texts t ON t.id = d.id "
+            "WHERE d.file_id=?",
+            (state.id,),
         ).fetchall()
+        table = _FTS[state.kind]
         self._db.executemany(
-            "INSERT INTO fts(fts, rowid, body, owner) VALUES ('delete', ?, ?, ?)",
+            f"INSERT INTO {table}({table}, rowid, body, owner) VALUES ('delete', ?, ?, ?)",
             ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
         )
+        self._db.executemany("DELETE FROM texts WHERE id=?", ((r[0],) for r in rows))
+        self._db.executemany("DELETE FROM vectors WHERE id=?", ((r[0],) for r in rows))
         self._db.execute("DELETE FROM docs WHERE file_id=?", (state.id,))
         stats.docs_removed += len(rows)
 
@@ -516,13 +592,13 @@ class RecallIndex:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
         k = max(1, min(int(k), 50))
         parsed = parse_query(query)
-        if not parsed:
+        if not parsed and (self._vectors is None or not query.strip()):
             return []
 
         def run() -> list[Hit]:
             if self.auto_sync:
                 self._sync()
-            return self._search(
+            found = self._keyword_search(
                 parsed,
                 k,
                 scope,
@@ -530,10 +606,13 @@ class RecallIndex:
                 include_other_sessions,
                 time.time() if now is None else now,
             )
+            if self._vectors is not None:
+                found = self._fuse(found, query, k, scope, session_key, include_other_sessions)
+            return self._hits(found[:k], parsed, session_key)
 
         return self._guard(run)
 
-    def _search(
+    def _keyword_search(
         self,
         parsed: ParsedQuery,
         k: int,
@@ -541,34 +620,68 @@ class RecallIndex:
         session_key: str | None,
         include_other: bool,
         now: float,
-    ) -> list[Hit]:
+    ) -> list[tuple[int, float]]:
+        """Best ``(doc id, score)`` first: all-terms matches, then any-term, then prefixes."""
         found: dict[int, tuple[int, float]] = {}  # id -> (pass, score)
-        for tier, mode in enumerate(("all", "any")):
-            if tier and (len(found) >= k or len(parsed.terms) == 1):
+        if not parsed:
+            return []
+        passes: list[tuple[str, bool]] = [("all", False)]
+        if len(parsed.terms) > 1:
+            passes.append(("any", False))
+        passes.append(("all", True))  # last resort: terms as prefixes ("sqlite" → "sqlite3")
+        for tier, (mode, prefix) in enumerate(passes):
+            if (tier and len(found) >= k) or (prefix and found):
                 break
+            match = match_expression(parsed, mode=mode, prefix=prefix)
             for kind in _SCOPE_KINDS[scope]:
                 owners = _owner_filter(kind, session_key, include_other)
-                base = _KIND_BASE[kind]
                 params = {
-                    "match": match_expression(parsed, mode=mode, owners=owners),
-                    "lo": base,
-                    "hi": base + _KIND_SPAN,
-                    "cap": _CANDIDATES,
+                    "match": match + owner_clause(owners),
+                    "cap": _CANDIDATES if mode == "all" else _CANDIDATES_ANY,
                     "k": k + len(found),  # earlier-pass hits may come back; keep k new ones
                     "now": now,
                     # Memory files are current truth (age 0); an undated row gets no boost.
                     "missing_ts": now if kind == "memory" else -1e12,
                 }
                 boost = KIND_BOOST[kind]
-                for doc_id, score in self._db.execute(_CANDIDATE_SQL, params):
+                sql = _candidate_sql(kind, ranked=not parsed.only_stopwords)
+                for doc_id, score in self._db.execute(sql, params):
                     if doc_id not in found:
                         found[doc_id] = (tier, score * boost)
-        best = sorted(found.items(), key=lambda item: (item[1][0], -item[1][1], -item[0]))[:k]
-        return self._hits(best, parsed, session_key)
+        best = sorted(found.items(), key=lambda item: (item[1][0], -item[1][1], -item[0]))
+        return [(doc_id, score) for doc_id, (_tier, score) in best[:k]]
+
+    def _fuse(
+        self,
+        keyword: list[tuple[int, float]],
+        query: str,
+        k: int,
+        scope: str,
+        session_key: str | None,
+        include_other: bool,
+    ) -> list[tuple[int, float]]:
+        """Merge keyword and semantic rankings by reciprocal rank fusion."""
+        assert self._vectors is not None
+        ranges = [(_KIND_BASE[kind], _KIND_BASE[kind] + _KIND_SPAN) for kind in _SCOPE_KINDS[scope]]
+        similar = [i for i, _ in self._vectors.search(self._db, query, k=2 * k, id_ranges=ranges)]
+        if similar and not include_other and session_key:
+            marks = ",".join("?" * len(similar))
+            foreign = {
+                row[0]
+                for row in self._db.execute(
+                    f"SELECT id FROM docs WHERE id IN ({marks}) AND id >= ? "
+                    "AND session_key IS NOT NULL AND session_key != ?",
+                    (*similar, _KIND_BASE["history"], session_key),
+                )
+            }
+            similar = [i for i in similar if i not in foreign]
+        fused = reciprocal_rank_fusion([[i for i, _ in keyword], similar])
+        scores = dict(keyword)
+        return [(i, scores.get(i, 0.0)) for i in fused]
 
     def _hits(
         self,
-        best: list[tuple[int, tuple[int, float]]],
+        best: list[tuple[int, float]],
         parsed: ParsedQuery,
         session_key: str | None,
     ) -> list[Hit]:
@@ -579,13 +692,14 @@ class RecallIndex:
         rows = {
             r[0]: r
             for r in self._db.execute(
-                "SELECT d.id, d.num, d.ts, d.session_key, d.role, d.text, f.rel, f.kind "
-                f"FROM docs d JOIN files f ON f.id = d.file_id WHERE d.id IN ({marks})",
+                "SELECT d.id, d.num, d.ts, d.session_key, d.role, t.text, f.rel, f.kind "
+                "FROM docs d JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
+                f"WHERE d.id IN ({marks})",
                 ids,
             )
         }
         hits = []
-        for doc_id, (_tier, score) in best:
+        for doc_id, score in best:
             if doc_id not in rows:
                 continue
             _, num, ts, key, role, text, rel, kind = rows[doc_id]
@@ -650,8 +764,9 @@ class RecallIndex:
 
     def _get_history(self, number: int, private: str | None) -> str:
         row = self._db.execute(
-            "SELECT d.num, d.ts, d.session_key, d.origin, d.text FROM docs d "
-            "JOIN files f ON f.id = d.file_id WHERE f.kind = 'history' AND d.num = ? "
+            "SELECT d.num, d.ts, d.session_key, d.origin, t.text FROM docs d "
+            "JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
+            "WHERE f.kind = 'history' AND d.num = ? "
             "ORDER BY d.id DESC LIMIT 1",
             (number,),
         ).fetchone()
@@ -670,8 +785,8 @@ class RecallIndex:
             raise RecallError(f"no session {key!r} in the index")
         for file_id, total in files:
             rows = self._db.execute(
-                "SELECT num, ts, role, text FROM docs WHERE file_id = ? AND num BETWEEN ? AND ? "
-                "ORDER BY num",
+                "SELECT d.num, d.ts, d.role, t.text FROM docs d JOIN texts t ON t.id = d.id "
+                "WHERE d.file_id = ? AND d.num BETWEEN ? AND ? ORDER BY d.num",
                 (file_id, number - around, number + around),
             ).fetchall()
             if any(r[0] == number for r in rows):

@@ -47,6 +47,7 @@ __all__ = [
     "format_ts",
     "index_text",
     "match_expression",
+    "owner_clause",
     "owner_token",
     "parse_citation",
     "parse_query",
@@ -74,21 +75,24 @@ _UNSEGMENTED = (
 )
 _UNSEG_RUN = re.compile(f"[{_UNSEGMENTED}]+")
 _UNSEG_CHAR = re.compile(f"[{_UNSEGMENTED}]")
-# Not preceded by a letter/digit of a spaced script (a word may follow CJK directly).
-_WORD_START = f"(?<!(?![{_UNSEGMENTED}])[^\\W_])"
 
+# English function words: dropped from a query that has other terms (they match nearly
+# every row, which makes BM25 slow and adds nothing to the ranking).
 _STOPWORDS = frozenset(
     re.findall(
         r"\w+",
-        """a an and are as at be but by did do does for from had has have how i if in into is
-        it its me my no not of on or our so that the their them then there these they this to
-        was we were what when where which who why will with you your""",
+        """a about after again all also am an and any are as at be been before being both but
+        by can could did do does doing during each few for from further had has have having
+        he her here hers him his how i if in into is it its just me more most my no nor not
+        now of off on once only or other our out over own same she should so some such than
+        that the their them then there these they this those through to too under until up
+        very was we were what when where which while who whom why will with would you your""",
     )
 )
 
 _MAX_TERMS = 16
 _MAX_SPANS = 2000  # matches considered when placing a snippet in a very long text
-_PREFIX_MIN = 4  # word terms at least this long also match as a prefix ("sqlite" → "sqlite3")
+_PREFIX_MIN = 3  # in the prefix pass, shorter words stay exact (a prefix "a*" is huge)
 
 
 def _bigrams(run: str) -> str:
@@ -143,6 +147,7 @@ class Term:
 @dataclass(frozen=True, slots=True)
 class ParsedQuery:
     terms: tuple[Term, ...]
+    only_stopwords: bool = False  # nothing but words like "the": rank by recency alone
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -186,19 +191,22 @@ def parse_query(text: str) -> ParsedQuery:
             seen.add(word)
             terms.append(Term(word, cjk=cjk))
     content = [t for t in terms if t.cjk or t.text not in _STOPWORDS]
-    return ParsedQuery(tuple((content or terms)[:_MAX_TERMS]))
+    return ParsedQuery(
+        tuple((content or terms)[:_MAX_TERMS]), only_stopwords=bool(terms) and not content
+    )
 
 
-def match_expression(
-    query: ParsedQuery, *, mode: Literal["all", "any"], owners: list[str] | None
-) -> str:
-    """FTS5 MATCH text: the terms on the ``body`` column, optionally limited to owners."""
+def match_expression(query: ParsedQuery, *, mode: Literal["all", "any"], prefix: bool) -> str:
+    """FTS5 MATCH text for the terms on the ``body`` column (all of them, or any)."""
     joiner = " AND " if mode == "all" else " OR "
-    body = joiner.join(t.fts(prefix=True) for t in query.terms)
-    expr = f"body : ({body})"
-    if owners:
-        expr += " AND owner : (" + " OR ".join(f'"{o}"' for o in owners) + ")"
-    return expr
+    return "body : (" + joiner.join(t.fts(prefix=prefix) for t in query.terms) + ")"
+
+
+def owner_clause(owners: list[str] | None) -> str:
+    """`` AND owner : (...)`` limiting a match to rows of these owners ('' for no limit)."""
+    if not owners:
+        return ""
+    return " AND owner : (" + " OR ".join(f'"{o}"' for o in owners) + ")"
 
 
 def score_sql(bm25: str, ts: str) -> str:
@@ -227,7 +235,15 @@ def _term_pattern(term: Term) -> str:
     # Approximate the stemmer for highlighting: keep the first ~60 % of a long word so
     # "preferences" also lights up "preferred".
     keep = len(term.text) if len(term.text) <= 4 else max(4, int(len(term.text) * 0.6))
-    return _WORD_START + re.escape(term.text[:keep]) + r"[^\W_]*"
+    return re.escape(term.text[:keep]) + r"[^\W_]*"
+
+
+def _word_start(text: str, pos: int) -> bool:
+    """True if a word match may start at ``pos``: after a separator or CJK (not mid-word)."""
+    if pos == 0:
+        return True
+    before = text[pos - 1]
+    return not before.isalnum() or _UNSEG_CHAR.match(before) is not None
 
 
 def _densest_window(spans: list[tuple[int, int, int]], width: int) -> int:
@@ -257,7 +273,8 @@ def best_snippet(text: str, query: ParsedQuery, *, width: int = 160) -> tuple[st
     spans: list[tuple[int, int, int]] = []  # (start, end, term index)
     for i, term in enumerate(query.terms):
         for m in re.finditer(_term_pattern(term), flat, flags=re.IGNORECASE):
-            spans.append((m.start(), m.end(), i))
+            if term.cjk or _word_start(flat, m.start()):
+                spans.append((m.start(), m.end(), i))
     spans.sort()
     del spans[_MAX_SPANS:]
     start = anchor = 0

@@ -36,6 +36,7 @@ __all__ = [
     "SessionState",
     "SourceFile",
     "can_append",
+    "classify",
     "digest",
     "discover",
     "fallback_session_key",
@@ -113,6 +114,27 @@ def discover(workspace: Path) -> Iterator[tuple[SourceFile, os.stat_result]]:
             yield SourceFile(path, rel, kind), st  # type: ignore[arg-type]
     yield from _walk(os.path.join(root, "memory"), cut, ".md", "memory")
     yield from _walk(os.path.join(root, "sessions"), cut, ".jsonl", "session")
+
+
+def classify(workspace: Path, path: Path | str) -> SourceFile | None:
+    """The :class:`SourceFile` for ``path`` if the index covers it, else ``None``."""
+    root = os.path.abspath(os.fspath(workspace))
+    full = os.path.abspath(os.fspath(path))
+    if not full.startswith(root + os.sep):
+        return None
+    rel = full[len(root) + 1 :].replace(os.sep, "/")
+    parts = rel.split("/")
+    if rel == "memory/history.jsonl":
+        return SourceFile(full, rel, "history")
+    if rel in _ROOT_MARKDOWN or (parts[0] == "memory" and rel.endswith(".md")):
+        kind: Kind = "memory"
+    elif parts[0] == "sessions" and rel.endswith(".jsonl"):
+        kind = "session"
+    else:
+        return None
+    if any(p.startswith(".") for p in parts):
+        return None
+    return SourceFile(full, rel, kind)
 
 
 def _walk(

@@ -603,6 +603,18 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
     return api_error_for(exc).response()
 
 
+async def _close_provider(agent: Agent) -> None:
+    """Close pooled model connections while their event loop still runs."""
+    if not agent.settings.model_configured():
+        return
+    close = getattr(agent.provider, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception as exc:  # nothing left to protect at this point; say it and go
+            log.warning("closing the model connections failed: %s", exc)
+
+
 def create_app(
     agent: Agent,
     *,
@@ -629,7 +641,7 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*schedulers, return_exceptions=True)
             await agent.aclose(shutdown_timeout)
-            log.info("hippobot serve: shutdown complete")
+            await _close_provider(agent)
 
     app = Starlette(
         routes=[

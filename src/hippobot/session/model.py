@@ -97,6 +97,13 @@ class Session:
         self.updated_at = now
         return stored
 
+    @property
+    def replay_start(self) -> int:
+        """First message that may be replayed: past the archived prefix and past ``/new``."""
+        fresh = self.metadata.get("fresh_start", 0)
+        fresh = fresh if isinstance(fresh, int) and not isinstance(fresh, bool) else 0
+        return min(max(self.last_consolidated, fresh), len(self.messages))
+
     def unconsolidated(self) -> list[Message]:
         """The messages not yet archived (a new list; the dicts are the stored ones)."""
         return self.messages[normalise_offset(self.last_consolidated, len(self.messages)) :]
@@ -123,7 +130,7 @@ class Session:
         returned dicts are the stored ones (synthetic results are new dicts) and
         ``self.messages`` is never modified. An empty session gives ``[]``.
         """
-        window = [m for m in self.unconsolidated() if not m.get("_command")]
+        window = [m for m in self.messages[self.replay_start :] if not m.get("_command")]
         if max_messages > 0:
             window = window[-max_messages:]
         if max_tokens > 0:

@@ -1,43 +1,30 @@
 """Session persistence: append-only JSON Lines, safe across crashes and processes.
 
-File ``sessions/<channel>/<chat>.jsonl`` (see :mod:`hippobot.session.keys`), UTF-8, one
-JSON object per line:
+The format is in :mod:`hippobot.session.records`. Saving a turn appends its message
+lines (and maybe one meta record) in a single ``os.write`` on an ``O_APPEND`` descriptor
+while holding a cross-process file lock in ``.hippobot/locks/``; the bytes written are
+proportional to the turn. Only :meth:`JsonlSessionStore.rewrite` replaces a file (temp
+file, fsync, rename, directory fsync), for idle compaction and repair.
 
-* line 1, the header: ``{"_type": "session", "format": 1, "key": "cli:direct",
-  "created_at": "2026-04-03T10:00:00.000+02:00"}``;
-* message lines: the stored :class:`~hippobot.messages.Message` dicts, in order;
-* meta records, appended whenever pointers change; the last one wins:
-  ``{"_type": "meta", "last_consolidated": 12, "updated_at": "...", "summary":
-  {"text": "...", "last_active": "..."} | null, "usage": {...} | null, "metadata": {...}}``.
-  Other ``_type`` values are reserved and ignored by this version.
-
-Saving a turn appends its message lines (and maybe one meta record) in a single
-``os.write`` on an ``O_APPEND`` descriptor while holding a cross-process file lock in
-``.hippobot/locks/``; the bytes written are proportional to the turn. Only
-:meth:`JsonlSessionStore.rewrite` replaces a file (temp file, fsync, rename, directory
-fsync), for idle compaction and repair.
-
-Reading is forgiving: blank lines are skipped; a line that is not a JSON object, or a
-message without a known role, is skipped with one warning and copied once to
-``<file>.corrupt``. Unparseable files are never replaced by empty ones: a wholly
-unreadable file loads as an empty session and appends go after the existing bytes (a
-torn last line is first closed with ``\\n`` so it stays an isolated bad line).
+Reading is forgiving: blank lines are skipped; corrupt lines are skipped with one
+warning and copied once to ``<file>.corrupt``. Unparseable files are never replaced by
+empty ones: a wholly unreadable file loads as an empty session and appends go after the
+existing bytes (a torn last line is first closed with ``\\n`` so it stays an isolated
+bad line).
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
-import json
 import logging
 import os
-import re
 import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,15 +32,24 @@ from typing import Any, Protocol
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
-from hippobot.errors import StorageError, UserError
-from hippobot.messages import Message, public_text
+from hippobot.errors import StorageError
+from hippobot.messages import Message
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
-from hippobot.session.model import (
-    ArchivedSummary,
-    Session,
-    is_message,
-    normalise_offset,
+from hippobot.session.model import Session, normalise_offset
+from hippobot.session.records import (
+    DEFAULT_META,
+    FORMAT_VERSION,
+    apply_meta,
+    as_datetime,
+    check_format,
+    encode,
+    later,
+    meta_record,
+    meta_state,
+    parse,
+    preview,
+    snapshot,
 )
 
 __all__ = [
@@ -66,9 +62,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
-PREVIEW_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -116,155 +110,12 @@ class SessionStore(Protocol):
         ...
 
 
-# --- records ----------------------------------------------------------------------
-
-
-def _encode(record: dict[str, Any]) -> bytes:
-    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-    # A lone surrogate can only sit inside a JSON string; "\udXXX" keeps it losslessly.
-    return text.encode("utf-8", "backslashreplace") + b"\n"
-
-
-def _header_record(session: Session) -> dict[str, Any]:
-    return {
-        "_type": "session",
-        "format": FORMAT_VERSION,
-        "key": session.key,
-        "created_at": session.created_at,
-    }
-
-
-def _meta_state(session: Session) -> dict[str, Any]:
-    """The persisted pointer fields, for change detection (``updated_at`` excluded)."""
-    return copy.deepcopy(
-        {
-            "last_consolidated": session.last_consolidated,
-            "summary": asdict(session.summary) if session.summary else None,
-            "usage": session.usage,
-            "metadata": session.metadata,
-        }
-    )
-
-
-_DEFAULT_META = _meta_state(Session(key=""))
-
-
-def _meta_record(session: Session) -> dict[str, Any]:
-    state = _meta_state(session)
-    return {
-        "_type": "meta",
-        "last_consolidated": state.pop("last_consolidated"),
-        "updated_at": session.updated_at,
-        **state,
-    }
-
-
-def _apply_meta(session: Session, record: dict[str, Any]) -> None:
-    session.last_consolidated = normalise_offset(
-        record.get("last_consolidated"), len(session.messages)
-    )
-    summary = record.get("summary")
-    session.summary = None
-    if isinstance(summary, dict) and isinstance(summary.get("text"), str):
-        session.summary = ArchivedSummary(summary["text"], str(summary.get("last_active") or ""))
-    usage = record.get("usage")
-    session.usage = (
-        {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-        if isinstance(usage, dict)
-        else None
-    )
-    metadata = record.get("metadata")
-    session.metadata = metadata if isinstance(metadata, dict) else {}
-
-
-def _snapshot(session: Session, *, with_meta: bool) -> bytes:
-    """A whole file: header, every message, and a meta record when it carries anything."""
-    parts = [_encode(_header_record(session))]
-    parts.extend(_encode(dict(m)) for m in session.messages)
-    if with_meta or _meta_state(session) != _DEFAULT_META:
-        parts.append(_encode(_meta_record(session)))
-    return b"".join(parts)
-
-
-@dataclass
-class _Parsed:
-    header: dict[str, Any] | None = None
-    messages: list[Message] = field(default_factory=list)
-    meta: dict[str, Any] | None = None
-    last_time: str | None = None  # time of the newest timestamped record
-    corrupt: list[bytes] = field(default_factory=list)
-
-
-def _parse(data: bytes, *, at_start: bool) -> _Parsed:
-    """Parse file bytes; never raises. ``at_start``: ``data`` begins at byte 0."""
-    out = _Parsed()
-    first = at_start
-    for raw in data.split(b"\n"):
-        if not raw.strip():
-            continue
-        is_first, first = first, False
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):
-            out.corrupt.append(raw)
-            continue
-        if not isinstance(record, dict):
-            out.corrupt.append(raw)
-        elif "_type" not in record:
-            if not is_message(record):
-                out.corrupt.append(raw)
-                continue
-            out.messages.append(record)  # type: ignore[arg-type]
-            if isinstance(record.get("timestamp"), str):
-                out.last_time = record["timestamp"]
-        elif record["_type"] == "session" and is_first:
-            out.header = record
-        elif record["_type"] == "meta":
-            out.meta = record
-            if isinstance(record.get("updated_at"), str):
-                out.last_time = record["updated_at"]
-    return out
-
-
-def _check_format(header: dict[str, Any] | None, path: Path) -> None:
-    version = (header or {}).get("format")
-    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
-        raise UserError(
-            f"{path}: session format {version} is newer than this hippobot reads "
-            f"({FORMAT_VERSION}); upgrade hippobot"
-        )
-
-
-def _as_datetime(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value).astimezone()
-    except (ValueError, TypeError):
-        return None
-
-
-def _later(current: str, other: str) -> str:
-    mine, theirs = _as_datetime(current), _as_datetime(other)
-    if mine is None or (theirs is not None and theirs > mine):
-        return other
-    return current
-
-
-def _preview(messages: Sequence[Message]) -> str:
-    for message in messages:
-        if message.get("role") == "user" and not message.get("_command"):
-            text = re.sub(r"\s+", " ", public_text(message)).strip()
-            if len(text) > PREVIEW_CHARS:
-                text = text[: PREVIEW_CHARS - 1] + "…"
-            return text
-    return ""
-
-
 def _mtime_iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="milliseconds")
 
 
 def _sort_key(info: SessionInfo) -> float:
-    moment = _as_datetime(info.updated_at)
+    moment = as_datetime(info.updated_at)
     return moment.timestamp() if moment else 0.0
 
 
@@ -309,8 +160,14 @@ def _write_all(fd: int, data: bytes, restore_size: int) -> None:
         raise
 
 
+def _last_byte(fd: int, size: int) -> bytes:
+    os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND still sends writes to the end
+    return os.read(fd, 1)
+
+
 def _open_creating_dirs(path: Path, flags: int) -> int:
     """``os.open`` that creates missing parent directories (only when they are missing)."""
+    flags |= getattr(os, "O_BINARY", 0)  # no newline translation on Windows
     try:
         return os.open(path, flags, 0o644)
     except FileNotFoundError:
@@ -404,8 +261,8 @@ class JsonlSessionStore:
             with handle:
                 stat = os.fstat(handle.fileno())
                 data = handle.read()
-            parsed = _parse(data, at_start=True)
-            _check_format(parsed.header, path)
+            parsed = parse(data, at_start=True)
+            check_format(parsed.header, path)
             header = parsed.header or {}
             first_time = next(
                 (m["timestamp"] for m in parsed.messages if isinstance(m.get("timestamp"), str)),
@@ -416,10 +273,10 @@ class JsonlSessionStore:
                 created = first_time or _mtime_iso(stat.st_mtime)
             session = Session(key=key, messages=parsed.messages, created_at=created)
             if parsed.meta:
-                _apply_meta(session, parsed.meta)
+                apply_meta(session, parsed.meta)
             session.updated_at = parsed.last_time or created
             self._quarantine(path, parsed.corrupt)
-            self._track(session, stat.st_ino, len(data), _meta_state(session))
+            self._track(session, stat.st_ino, len(data), meta_state(session))
             return session
 
     def refresh(self, session: Session) -> int:
@@ -455,11 +312,11 @@ class JsonlSessionStore:
             data = handle.read()
         if not data:  # an empty file: the next write puts the whole session in it
             return 0
-        parsed = _parse(data, at_start=start == 0)
+        parsed = parse(data, at_start=start == 0)
         if start == 0:
-            _check_format(parsed.header, path)
-        baseline = tracked.meta if tracked else _DEFAULT_META
-        untouched = _meta_state(session) == baseline
+            check_format(parsed.header, path)
+        baseline = tracked.meta if tracked else DEFAULT_META
+        untouched = meta_state(session) == baseline
         cut = len(session.messages) - pending
         before = cut
         if start == 0:
@@ -475,10 +332,10 @@ class JsonlSessionStore:
         )
         meta = baseline
         if parsed.meta and adopt_meta and untouched:
-            _apply_meta(session, parsed.meta)
-            meta = _meta_state(session)
+            apply_meta(session, parsed.meta)
+            meta = meta_state(session)
         if parsed.last_time:
-            session.updated_at = _later(session.updated_at, parsed.last_time)
+            session.updated_at = later(session.updated_at, parsed.last_time)
         self._quarantine(path, parsed.corrupt)
         self._track(session, stat.st_ino, start + len(data), meta)
         return added
@@ -513,13 +370,13 @@ class JsonlSessionStore:
         path = self.path_for(session.key)
         with self._locked(session.key), _storage_errors(path):
             self._sync(session, pending=len(batch), adopt_meta=True, full_ok=True)
-            self._append_locked(session, b"".join(_encode(dict(m)) for m in batch), meta=False)
+            self._append_locked(session, b"".join(encode(dict(m)) for m in batch), meta=False)
 
     def save_meta(self, session: Session) -> None:
         path = self.path_for(session.key)
         with self._locked(session.key), _storage_errors(path):
             self._sync(session, pending=0, adopt_meta=False, full_ok=True)
-            self._append_locked(session, _encode(_meta_record(session)), meta=True)
+            self._append_locked(session, encode(meta_record(session)), meta=True)
 
     def _append_locked(self, session: Session, body: bytes, *, meta: bool) -> None:
         """One ``os.write`` at the end of the file; an empty file gets the whole session."""
@@ -528,8 +385,8 @@ class JsonlSessionStore:
         try:
             stat = os.fstat(fd)
             if stat.st_size == 0:
-                data = _snapshot(session, with_meta=meta)
-            elif os.pread(fd, 1, stat.st_size - 1) != b"\n":
+                data = snapshot(session, with_meta=meta)
+            elif _last_byte(fd, stat.st_size) != b"\n":
                 data = b"\n" + body  # isolate a torn last line instead of extending it
             else:
                 data = body
@@ -541,7 +398,7 @@ class JsonlSessionStore:
         tracked = self._get_tracked(session)
         # After a whole-session write (empty file) or a meta record, disk == memory.
         keep = tracked is not None and not meta and stat.st_size > 0
-        state = tracked.meta if keep and tracked is not None else _meta_state(session)
+        state = tracked.meta if keep and tracked is not None else meta_state(session)
         self._track(session, stat.st_ino, stat.st_size + len(data), state)
 
     def rewrite(self, session: Session) -> None:
@@ -549,9 +406,9 @@ class JsonlSessionStore:
         with self._locked(session.key), _storage_errors(path):
             # Keep lines other processes appended meanwhile; the caller's content wins otherwise.
             self._sync(session, pending=0, adopt_meta=False, full_ok=False)
-            data = _snapshot(session, with_meta=True)
+            data = snapshot(session, with_meta=True)
             inode = self._replace(path, data)
-            self._track(session, inode, len(data), _meta_state(session))
+            self._track(session, inode, len(data), meta_state(session))
 
     def _replace(self, path: Path, data: bytes) -> int:
         temp = path.with_name(f".tmp-{secrets.token_hex(8)}")
@@ -579,10 +436,10 @@ class JsonlSessionStore:
                     session = read_legacy(legacy, key)
                 except FileNotFoundError:
                     return None
-            data = _snapshot(session, with_meta=True)
+            data = snapshot(session, with_meta=True)
             with _storage_errors(path):
                 inode = self._replace(path, data)
-            self._track(session, inode, len(data), _meta_state(session))
+            self._track(session, inode, len(data), meta_state(session))
             retired = retire_legacy(legacy)
             logger.info("migrated nanobot session %r from %s (old file kept as %s)",
                         key, legacy.name, retired.name if retired else legacy.name)
@@ -619,7 +476,7 @@ class JsonlSessionStore:
             if legacy:
                 session = read_legacy(path, key)
             else:
-                parsed = _parse(path.read_bytes(), at_start=True)
+                parsed = parse(path.read_bytes(), at_start=True)
                 created = (parsed.header or {}).get("created_at")
                 fallback = _mtime_iso(stat.st_mtime)
                 session = Session(
@@ -636,7 +493,7 @@ class JsonlSessionStore:
             created_at=session.created_at,
             updated_at=session.updated_at,
             message_count=len(session.messages),
-            preview=_preview(session.messages),
+            preview=preview(session.messages),
             size_bytes=stat.st_size,
         )
 
@@ -678,10 +535,10 @@ class InMemorySessionStore:
             key=key, messages=copy.deepcopy(stored.messages), created_at=stored.created_at
         )
         if stored.meta:
-            _apply_meta(session, copy.deepcopy(stored.meta))
+            apply_meta(session, copy.deepcopy(stored.meta))
             session.updated_at = stored.meta["updated_at"]
         if stored.messages and isinstance(stored.messages[-1].get("timestamp"), str):
-            session.updated_at = _later(session.updated_at, stored.messages[-1]["timestamp"])
+            session.updated_at = later(session.updated_at, stored.messages[-1]["timestamp"])
         self._seen[session] = len(stored.messages)
         return session
 
@@ -703,11 +560,11 @@ class InMemorySessionStore:
         self._seen[session] = len(stored.messages)
 
     def save_meta(self, session: Session) -> None:
-        self._catch_up(session, 0).meta = copy.deepcopy(_meta_record(session))
+        self._catch_up(session, 0).meta = copy.deepcopy(meta_record(session))
 
     def rewrite(self, session: Session) -> None:
         self._data[session.key] = _Stored(
-            session.created_at, copy.deepcopy(session.messages), copy.deepcopy(_meta_record(session))
+            session.created_at, copy.deepcopy(session.messages), copy.deepcopy(meta_record(session))
         )
         self._seen[session] = len(session.messages)
 
@@ -728,6 +585,6 @@ class InMemorySessionStore:
             updated = stored.meta["updated_at"] if stored.meta else stored.created_at
             infos.append(
                 SessionInfo(key, None, stored.created_at, updated, len(stored.messages),
-                            _preview(stored.messages), 0)
+                            preview(stored.messages), 0)
             )
         return sorted(infos, key=_sort_key, reverse=True)

@@ -1,0 +1,1 @@
+"""Reliability and security suite: faults, concurrency and hostile input (docs/reliability.md)."""

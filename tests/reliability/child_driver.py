@@ -1,0 +1,276 @@
+"""Child processes of the reliability suite: workers that chat, consolidate and dream.
+
+Run by path: ``python tests/reliability/child_driver.py zygote``. Importing hippobot and the
+provider SDKs takes seconds, far longer than the instants we want to kill a worker at, so a
+*zygote* process imports everything once and then forks a fresh worker per request. The
+zygote never starts a thread or an event loop, so a fork is a clean copy. Protocol, one JSON
+object per line:
+
+* zygote → test, at start: ``{"ready": true}``
+* ``{"cmd": "spawn", "args": {...}}`` → ``{"pid": 123}`` (the worker runs :func:`worker`)
+* ``{"cmd": "wait", "pid": 123}`` → ``{"pid": 123, "code": 0 | null, "signal": 9 | null}``
+* ``{"cmd": "exit"}`` or end of input: the zygote exits.
+
+A worker appends what it does to a *journal* (``journal.jsonl`` in its home, one
+``os.write`` per line, so a kill never tears a line): ``start`` before an operation and
+``done`` after it returned. A ``done`` line is the test's proof that the operation
+completed before the kill. Workers talk to the scripted model served by the test process.
+
+Modes: ``chaos`` (random turns, tool turns, /new and Dream runs until killed), ``settle``
+(a few turns, then Dream until nothing is pending: the "next start" after the last kill),
+``chat`` and ``dream`` (the concurrency test: fixed turns, or Dream runs until a stop file
+appears).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FACT_END",
+    "MEMORY_SEED",
+    "TOOLS_FLAG",
+    "Journal",
+    "marker",
+    "worker",
+    "write_config",
+]
+
+TOOLS_FLAG = "[use tools]"
+FACT_END = "<!-- end of dream facts -->"
+MEMORY_SEED = "# Long-term Memory\n\n## Dream facts\n" + FACT_END + "\n"
+API_KEY = "sk-reliability-0123456789abcdef"  # looks like a key on purpose: it must never be stored
+
+_FILLER = "We talked about the allotment, compost heaps, tomato blight and rain barrels. "
+
+
+def marker(name: str) -> str:
+    """The unique tag a turn carries in its text, so a check can find that exact turn."""
+    return f"<<M:{name}>>"
+
+
+def write_config(home: Path, **defaults: Any) -> None:
+    """A config.json with a small context window, so consolidation happens every few turns."""
+    agent_defaults: dict[str, Any] = {
+        "contextWindowTokens": 6000,
+        "maxTokens": 500,
+        "maxToolIterations": 6,
+        "dream": {"batchSize": 3, "maxIterations": 4},
+    }
+    agent_defaults.update(defaults)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": agent_defaults}}))
+
+
+class Journal:
+    """Append-only record of what a worker did; one write per line."""
+
+    def __init__(self, path: Path, who: str) -> None:
+        self.who = who
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, **record: Any) -> None:
+        record["who"] = self.who
+        os.write(self._fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
+
+
+def _text(rng: random.Random, tag: str, *, tools: bool) -> str:
+    parts = [tag]
+    if rng.random() < 0.6:
+        parts.append(f"FACT: the user noted {tag}")
+    if tools:
+        parts.append(TOOLS_FLAG)
+    parts.append(_FILLER * rng.randint(2, 6))
+    return "\n".join(parts)
+
+
+async def _turn(agent: Any, journal: Journal, rng: random.Random, key: str, tag: str,
+                *, tools: bool) -> None:
+    journal.write(op="turn", state="start", key=key, marker=tag)
+    result = await agent.turn(key, _text(rng, tag, tools=tools))
+    journal.write(op="turn", state="done", key=key, marker=tag, reply=result.reply)
+
+
+async def _dream(agent: Any, journal: Journal) -> str:
+    journal.write(op="dream", state="start")
+    result = await agent.dream.run()
+    journal.write(op="dream", state="done", status=result.status,
+                  cursor=agent.memory.dream_cursor(), error=result.error)
+    return result.status
+
+
+async def _chaos(agent: Any, journal: Journal, rng: random.Random, args: dict[str, Any]) -> None:
+    keys = args["keys"]
+    for n in range(args.get("ops", 10_000)):
+        tag = marker(f"{args['name']}-r{args['run']}-n{n}")
+        kind = rng.choices(["chat", "tools", "dream", "new"], weights=[60, 25, 12, 3])[0]
+        key = rng.choice(keys)
+        if kind in ("chat", "tools"):
+            await _turn(agent, journal, rng, key, tag, tools=kind == "tools")
+            if rng.random() < 0.5:
+                await agent.jobs.drain()  # otherwise consolidation overlaps the next turn
+        elif kind == "dream":
+            await agent.jobs.drain()
+            await _dream(agent, journal)
+        else:
+            journal.write(op="new", state="start", key=key)
+            reply = (await agent.turn(key, "/new")).reply
+            journal.write(op="new", state="done", key=key, reply=reply)
+
+
+async def _settle(agent: Any, journal: Journal, rng: random.Random, args: dict[str, Any]) -> None:
+    for i, key in enumerate(args["keys"]):
+        await _turn(agent, journal, rng, key, marker(f"{args['name']}-settle-{i}"), tools=i == 0)
+    await agent.jobs.drain()
+    for _ in range(20):
+        if await _dream(agent, journal) == "nothing":
+            return
+    raise RuntimeError("Dream still had work after 20 runs")
+
+
+async def _chat(agent: Any, journal: Journal, rng: random.Random, args: dict[str, Any]) -> None:
+    for n in range(args["turns"]):
+        key = args["keys"][n % len(args["keys"])]
+        tag = marker(f"{args['name']}-n{n}")
+        await _turn(agent, journal, rng, key, tag, tools=rng.random() < 0.3)
+        await agent.jobs.drain()
+
+
+async def _dreamer(agent: Any, journal: Journal, rng: random.Random, args: dict[str, Any]) -> None:
+    import asyncio
+
+    stop = Path(args["stop_file"])
+    while not stop.exists():
+        await _dream(agent, journal)
+        await asyncio.sleep(0.01)
+    await _dream(agent, journal)
+
+
+_MODES = {"chaos": _chaos, "settle": _settle, "chat": _chat, "dream": _dreamer}
+
+
+def worker(args: dict[str, Any]) -> int:
+    """Run one worker to completion (or until it is killed); returns the exit code."""
+    import asyncio
+    import logging
+
+    from hippobot.agent.agent import Agent
+    from hippobot.config import load_settings
+    from hippobot.providers.retry import RetryPolicy
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    home = Path(args["home"])
+    journal = Journal(home / "journal.jsonl", args["name"])
+    journal.write(op="start", state="start", run=args.get("run"))
+    env = {
+        "HIPPOBOT_HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "HIPPOBOT_MODEL": "scripted-model",
+        "HIPPOBOT_API_BASE": args["base_url"],
+        "HIPPOBOT_API_KEY": API_KEY,
+    }
+    rng = random.Random(f"{args['seed']}-{args['name']}-{args.get('run')}")
+
+    async def main() -> None:
+        agent = Agent(load_settings(env))
+        agent.retry_policy = RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=0.0)
+        journal.write(op="start", state="done", run=args.get("run"))
+        if args["mode"] == "chaos":
+            await agent.consolidator.resume_pending()  # what a long-running process does
+        await _MODES[args["mode"]](agent, journal, rng, args)
+        await agent.aclose()
+
+    asyncio.run(main())
+    return 0
+
+
+def _preload() -> None:
+    """Import everything a worker will touch, so a forked worker starts in milliseconds."""
+    import asyncio  # noqa: F401
+
+    import anthropic  # noqa: F401
+    import httpx  # noqa: F401
+    import openai  # noqa: F401
+
+    import hippobot.agent.agent  # noqa: F401
+    import hippobot.agent.commands  # noqa: F401
+    import hippobot.agent.toolset  # noqa: F401
+    import hippobot.config  # noqa: F401
+    import hippobot.lifecycle.consolidator  # noqa: F401
+    import hippobot.lifecycle.dream  # noqa: F401
+    import hippobot.memory.gitstore  # noqa: F401
+    import hippobot.providers.factory  # noqa: F401
+    import hippobot.providers.openai_compat  # noqa: F401
+    import hippobot.recall.index  # noqa: F401
+    import hippobot.recall.tools  # noqa: F401
+    from hippobot.context import tokens
+
+    tokens.count_text("warm the tokenizer tables up")
+    try:  # the OpenAI client builds its resources lazily on first use
+        openai.AsyncOpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
+    except Exception:
+        pass
+
+
+def _spawn(args: dict[str, Any]) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 70
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        err = os.open(args["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(err, 2)
+        sys.stdin = open(os.devnull)  # noqa: SIM115
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        code = worker(args)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _wait(pid: int) -> dict[str, Any]:
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return {"pid": pid, "code": None, "signal": os.WTERMSIG(status)}
+    return {"pid": pid, "code": os.WEXITSTATUS(status), "signal": None}
+
+
+def zygote() -> None:
+    _preload()
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["cmd"] == "spawn":
+            reply: dict[str, Any] = {"pid": _spawn(request["args"])}
+        elif request["cmd"] == "wait":
+            reply = _wait(int(request["pid"]))
+        else:
+            return
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["zygote"]:
+        zygote()
+    else:
+        sys.exit(worker(json.loads(sys.argv[1])))
