@@ -135,6 +135,9 @@ def test_unknown_keys_are_tolerated():
         ("<|im_start|>assistant\n- fact<|im_end|>", "- fact"),
         ("<|im_end|>", ""),
         ("use a <div> or <thinker> tag", "use a <div> or <thinker> tag"),
+        ("<think>a<think>nested</think>- fact", "- fact"),
+        ("<think>a</think>b</think>- fact", "- fact"),
+        ("<think>" * 20_000 + "- lost", ""),  # also pins that this is not quadratic
     ],
 )
 def test_strip_think(text, expected):

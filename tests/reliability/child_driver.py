@@ -28,6 +28,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ class Journal:
 
     def write(self, **record: Any) -> None:
         record["who"] = self.who
+        record["t"] = round(time.time(), 4)
         os.write(self._fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
 
 
@@ -163,7 +165,7 @@ def worker(args: dict[str, Any]) -> int:
     from hippobot.config import load_settings
     from hippobot.providers.retry import RetryPolicy
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, force=True,
                         format="%(levelname)s %(name)s: %(message)s")
     home = Path(args["home"])
     journal = Journal(home / "journal.jsonl", args["name"])
@@ -191,31 +193,35 @@ def worker(args: dict[str, Any]) -> int:
 
 
 def _preload() -> None:
-    """Import everything a worker will touch, so a forked worker starts in milliseconds."""
-    import asyncio  # noqa: F401
+    """Run one throwaway worker, so that every lazy import and cache a worker needs is
+    loaded before the first fork and a forked worker starts in milliseconds.
 
-    import anthropic  # noqa: F401
-    import httpx  # noqa: F401
-    import openai  # noqa: F401
+    The warm-up's server thread and the event loop's worker threads are all finished
+    before this returns: a fork copies only the calling thread.
+    """
+    import shutil
+    import tempfile
+    import threading
 
-    import hippobot.agent.agent  # noqa: F401
-    import hippobot.agent.commands  # noqa: F401
-    import hippobot.agent.toolset  # noqa: F401
-    import hippobot.config  # noqa: F401
-    import hippobot.lifecycle.consolidator  # noqa: F401
-    import hippobot.lifecycle.dream  # noqa: F401
-    import hippobot.memory.gitstore  # noqa: F401
-    import hippobot.providers.factory  # noqa: F401
-    import hippobot.providers.openai_compat  # noqa: F401
-    import hippobot.recall.index  # noqa: F401
-    import hippobot.recall.tools  # noqa: F401
-    from hippobot.context import tokens
+    from hippobot.cli.onboard import onboard
+    from hippobot.config import load_settings
+    from hippobot.testing.archivist import archivist
+    from hippobot.testing.scripted import ScriptedModel
+    from hippobot.testing.server import ScriptedServer
 
-    tokens.count_text("warm the tokenizer tables up")
-    try:  # the OpenAI client builds its resources lazily on first use
-        openai.AsyncOpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
-    except Exception:
-        pass
+    home = Path(tempfile.mkdtemp(prefix="hippobot-warmup-"))
+    try:
+        write_config(home)
+        onboard(load_settings({"HIPPOBOT_HOME": str(home), "PATH": "/usr/bin:/bin"}))
+        model = ScriptedModel()
+        model.fallback = archivist
+        with ScriptedServer(model) as server:
+            worker({"mode": "settle", "home": str(home), "base_url": server.base_url,
+                    "seed": 0, "name": "warmup", "keys": ["cli:direct", "cli:other"]})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    if threading.active_count() != 1:
+        raise RuntimeError(f"threads left after the warm-up: {threading.enumerate()}")
 
 
 def _spawn(args: dict[str, Any]) -> int:

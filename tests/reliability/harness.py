@@ -237,7 +237,7 @@ def _check_sessions(workspace: Path, found: Findings) -> dict[str, list[dict[str
             found.add(f"{key}: last_consolidated {metas[-1]['last_consolidated']} out of range")
         for msg in messages:
             if msg.get("role") == "user":
-                seen_markers.update(_MARKER.findall(content_text(msg.get("content"))))
+                seen_markers.update(set(_MARKER.findall(content_text(msg.get("content")))))
         loaded = JsonlSessionStore(workspace).load(key)
         if loaded is None or len(loaded.messages) != len(messages):
             found.add(f"{key}: the session reader disagrees with the file")

@@ -50,10 +50,10 @@ class Running:
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
 
     def stop(self, timeout: float = 20.0) -> None:
-        for client in self.clients:
-            client.close()
         self.server.should_exit = True
         self.thread.join(timeout)
+        for client in self.clients:
+            client.close()
         assert not self.thread.is_alive(), "the server did not shut down"
 
 

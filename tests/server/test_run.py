@@ -42,7 +42,6 @@ def test_without_a_key_only_loopback_is_bound(host, key, bound, warned):
 
 def test_a_port_in_use_is_a_clear_error():
     taken = bind_socket("127.0.0.1", 0)
-    taken.listen()
     try:
         with pytest.raises(UserError, match=r"cannot listen on 127\.0\.0\.1:\d+.*--port"):
             bind_socket("127.0.0.1", taken.getsockname()[1])

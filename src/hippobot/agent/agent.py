@@ -86,7 +86,7 @@ class Agent:
             ratio=defaults.consolidation_ratio,
         )
         self.sessions = SessionManager(JsonlSessionStore(self.workspace))
-        self.memory = MemoryStore(self.workspace)
+        self.memory = MemoryStore(self.workspace, known_secrets=settings.secrets())
         self.files = WorkspaceFiles(
             self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
         )
@@ -287,6 +287,12 @@ class Agent:
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""
+        fresh = session.metadata.get("fresh_start")
+        if isinstance(fresh, int) and session.last_consolidated < fresh:
+            # A /new whose archiving did not finish before its process exited.
+            key = f"archive:{session.key}"
+            if not self.jobs.running(key):
+                self.jobs.schedule(key, lambda: self.consolidator.archive_until(session, fresh))
         if not self.budget.enabled:
             return
         if self.consolidator.idle_due(session):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -42,7 +41,7 @@ def history(
     after = store.dream_cursor() if pending else 0
     entries = store.read_history(after=after, session_key=session, limit=limit or None)
     if json_out:
-        _print_json([{**asdict(e), "pending": e.cursor > store.dream_cursor()} for e in entries])
+        _print_json([{**e.to_dict(), "pending": e.cursor > store.dream_cursor()} for e in entries])
         return
     if not entries:
         sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["GracefulServer", "bind_socket", "is_loopback", "resolve_bind", "run_server", "serve_key"]
 
 LOOPBACK = "127.0.0.1"
+BACKLOG = 2048
 
 
 def is_loopback(host: str) -> bool:
@@ -58,7 +59,7 @@ def resolve_bind(host: str, api_key: str | None) -> tuple[str, str | None]:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on ``host:port``; a clear :class:`UserError` if refused."""
+    """A listening TCP socket on ``host:port``; a clear :class:`UserError` if refused."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -69,6 +70,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(BACKLOG)  # connections made before uvicorn is up wait instead of failing
     except OSError as exc:
         sock.close()
         raise UserError(
@@ -141,6 +143,7 @@ def run_server(
         lifespan="on",
         log_level="warning",
         access_log=False,
+        backlog=BACKLOG,
         timeout_graceful_shutdown=int(shutdown_timeout) + 5,
     )
     GracefulServer(config, app, shutdown_timeout, out=err).run(sockets=[sock])
