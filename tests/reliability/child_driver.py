@@ -87,7 +87,7 @@ def _text(rng: random.Random, tag: str, *, tools: bool) -> str:
         parts.append(f"FACT: the user noted {tag}")
     if tools:
         parts.append(TOOLS_FLAG)
-    parts.append(_FILLER * rng.randint(2, 6))
+    parts.append(_FILLER * rng.randint(5, 12))
     return "\n".join(parts)
 
 
@@ -183,7 +183,7 @@ def worker(args: dict[str, Any]) -> int:
         agent = Agent(load_settings(env))
         agent.retry_policy = RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=0.0)
         journal.write(op="start", state="done", run=args.get("run"))
-        if args["mode"] == "chaos":
+        if args["mode"] in ("chaos", "settle"):
             await agent.consolidator.resume_pending()  # what a long-running process does
         await _MODES[args["mode"]](agent, journal, rng, args)
         await agent.aclose()

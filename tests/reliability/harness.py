@@ -212,7 +212,7 @@ def _strict_jsonl(path: Path, found: Findings) -> list[dict[str, Any]]:
     return records
 
 
-def _check_sessions(workspace: Path, found: Findings) -> dict[str, list[dict[str, Any]]]:
+def _check_sessions(workspace: Path, found: Findings, settled: bool) -> dict[str, list[dict[str, Any]]]:
     sessions: dict[str, list[dict[str, Any]]] = {}
     root = workspace / "sessions"
     if not root.exists():
@@ -233,8 +233,12 @@ def _check_sessions(workspace: Path, found: Findings) -> dict[str, list[dict[str
         sessions[key] = messages
         found.sessions += 1
         found.messages += len(messages)
-        if metas and not 0 <= metas[-1].get("last_consolidated", 0) <= len(messages):
-            found.add(f"{key}: last_consolidated {metas[-1]['last_consolidated']} out of range")
+        meta = metas[-1] if metas else {}
+        if not 0 <= meta.get("last_consolidated", 0) <= len(messages):
+            found.add(f"{key}: last_consolidated {meta['last_consolidated']} out of range")
+        fresh = (meta.get("metadata") or {}).get("fresh_start", 0)
+        if settled and fresh > meta.get("last_consolidated", 0):
+            found.add(f"{key}: /new at message {fresh} was never archived")
         for msg in messages:
             if msg.get("role") == "user":
                 seen_markers.update(set(_MARKER.findall(content_text(msg.get("content")))))
@@ -361,7 +365,7 @@ def check_workspace(workspace: Path, journal: list[dict[str, Any]] = (), *,  # t
     so memory must also be complete and versioned.
     """
     found = Findings()
-    sessions = _check_sessions(workspace, found)
+    sessions = _check_sessions(workspace, found, settled)
     cursors = _check_history(workspace, sessions, found)
     _check_memory(workspace, cursors, found, settled)
     _check_git(workspace, found, settled)

@@ -83,7 +83,8 @@ def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_serve
         text=True,
     )
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True).start()
+    reader = threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
     seen: list[str] = []
     try:
         url = wait_line(lines, r"listening on (http://127\.0\.0\.1:\d+/v1)", seen).group(1)
@@ -98,6 +99,8 @@ def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_serve
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        reader.join(10)
+        proc.stderr.close()
 
     assert any("will not listen on 0.0.0.0" in line for line in seen)
     assert reply.choices[0].message.content == "heard: ping"

@@ -197,7 +197,7 @@ class Agent:
     def replay(self, session: Session, system: SystemPrompt, tools: list[dict[str, Any]]) -> list[Message]:
         """The stored messages replayed this turn, capped to what fits the input budget."""
         max_tokens = 0
-        if self.budget.enabled:
+        if self.budget.enabled and not self._clearly_fits(session):
             fixed = tokens.count_text(system.text) + tokens.count_tools(tools)
             max_tokens = max(256, self.budget.input - fixed)
         return session.get_history(
@@ -205,6 +205,20 @@ class Agent:
             max_tokens=max_tokens,
             count_tokens=tokens.count_message if max_tokens else None,
         )
+
+    def _clearly_fits(self, session: Session) -> bool:
+        """True when the last request's reported size plus what came since is far below the
+        budget: then the replay needs no token cap and nothing has to be counted exactly
+        (which keeps a turn's cost independent of the session's length)."""
+        usage = session.usage or {}
+        at = usage.get("messages_at")
+        if not isinstance(at, int) or usage.get("replay_start") != session.replay_start:
+            return False
+        if not session.replay_start <= at <= len(session.messages):
+            return False
+        size = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        size += sum(tokens.estimate_message(m) for m in session.messages[at:])
+        return size < 0.85 * self.budget.input
 
     def build_request_messages(self, session: Session) -> tuple[list[dict[str, Any]], ToolRegistry]:
         """The exact wire messages a turn on ``session`` would send now (also for /context)."""

@@ -39,6 +39,7 @@ __all__ = [
     "count_text",
     "count_tools",
     "current_mode",
+    "estimate_message",
     "estimate_prompt",
     "estimate_text",
     "set_mode",
@@ -255,6 +256,13 @@ def count_message(msg: Mapping[str, Any]) -> int:
     """
     parts, images = _message_parts(msg)
     return count_text("\n".join(parts)) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+
+
+def estimate_message(msg: Mapping[str, Any]) -> int:
+    """Like :func:`count_message` but always with the offline estimator (never loads tiktoken):
+    for quick "is this anywhere near the budget?" checks on the hot path."""
+    parts, images = _message_parts(msg)
+    return estimate_text("\n".join(parts)) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
 
 
 def count_messages(msgs: Iterable[Mapping[str, Any]]) -> int:

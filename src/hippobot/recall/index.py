@@ -373,7 +373,8 @@ class RecallIndex:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            states = self._load_states()  # fresh, now that we hold the write lock
+            # Fresh under the write lock: reloaded only if another process committed.
+            states = self._cached_states()
             self._next_ids = {}
             pending = 0
             for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):

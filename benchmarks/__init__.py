@@ -1,0 +1,4 @@
+"""hippobot's own cost per turn, measured with the scripted model: ``python -m benchmarks``.
+
+See ``docs/performance.md`` for what is measured, how, and the latest numbers.
+"""
