@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hippobot.errors import ProviderError
 from hippobot.messages import content_text
 from hippobot.providers import _errors
+from hippobot.providers._client import LoopBoundClient
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -260,37 +261,33 @@ class AnthropicProvider:
         self._endpoint = _errors.Endpoint(
             name=name, api_base=self.api_base, timeout=timeout, kind="anthropic"
         )
-        self._client: AsyncAnthropic | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients: LoopBoundClient[AsyncAnthropic] = LoopBoundClient(self._new_client)
 
-    def _get_client(self) -> AsyncAnthropic:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            import anthropic  # deferred: costs about three seconds at start-up
+    def _new_client(self) -> AsyncAnthropic:
+        import anthropic  # deferred: costs about three seconds at start-up
 
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key,
-                base_url=self.api_base,
-                timeout=self._timeout,
-                max_retries=0,  # retries are RetryingProvider's job
-                default_headers=self._extra_headers or None,
-            )
-            self._client_loop = loop
-        return self._client
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self.api_base,
+            timeout=self._timeout,
+            max_retries=0,  # retries are RetryingProvider's job
+            default_headers=self._extra_headers or None,
+        )
 
     async def aclose(self) -> None:
         """Close the pooled HTTP connections (optional)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        client = self._get_client()
+        client = self._clients.get()
         try:
             events = await client.messages.create(**to_anthropic(request), stream=True)
+        except asyncio.CancelledError:
+            self._clients.discard(client)
+            raise
         except Exception as exc:
             raise translate_anthropic_error(self._endpoint, exc, streaming=False) from exc
         state = _StreamState()
@@ -299,6 +296,9 @@ class AnthropicProvider:
                 for out in state.feed(event):
                     yield out
         except ProviderError:
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            self._clients.discard(client)
             raise
         except Exception as exc:
             raise translate_anthropic_error(self._endpoint, exc, streaming=True) from exc

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hippobot.errors import ProviderError
 from hippobot.providers import _errors
+from hippobot.providers._client import LoopBoundClient
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -145,30 +146,22 @@ class OpenAICompatProvider:
         self._endpoint = _errors.Endpoint(
             name=name, api_base=self.api_base, timeout=timeout, kind="openai"
         )
-        # One HTTP client per event loop: its pooled connections belong to the loop.
-        self._client: AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients: LoopBoundClient[AsyncOpenAI] = LoopBoundClient(self._new_client)
 
-    def _get_client(self) -> AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            import openai  # deferred: costs over a second at start-up
+    def _new_client(self) -> AsyncOpenAI:
+        import openai  # deferred: costs over a second at start-up
 
-            self._client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.api_base,
-                timeout=self._timeout,
-                max_retries=0,  # retries are RetryingProvider's job
-                default_headers=self._extra_headers or None,
-            )
-            self._client_loop = loop
-        return self._client
+        return openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self.api_base,
+            timeout=self._timeout,
+            max_retries=0,  # retries are RetryingProvider's job
+            default_headers=self._extra_headers or None,
+        )
 
     async def aclose(self) -> None:
         """Close the pooled HTTP connections (optional; they are also closed at exit)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     def _params(self, request: ChatRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -190,9 +183,12 @@ class OpenAICompatProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        client = self._get_client()
+        client = self._clients.get()
         try:
             chunks = await client.chat.completions.create(**self._params(request))
+        except asyncio.CancelledError:
+            self._clients.discard(client)
+            raise
         except Exception as exc:
             raise self._translate(exc, streaming=False) from exc
         state = _StreamState()
@@ -201,6 +197,9 @@ class OpenAICompatProvider:
                 for event in state.feed(chunk):
                     yield event
         except ProviderError:
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            self._clients.discard(client)
             raise
         except Exception as exc:
             raise self._translate(exc, streaming=True) from exc
