@@ -79,3 +79,15 @@ def test_shutdown_lets_an_in_flight_turn_finish(serve, scripted_model):
         ("assistant", "all done"),
     ]
     assert not srv.thread.is_alive()
+
+
+def test_the_server_runs_the_memory_schedules_and_stops_them(serve, make_agent):
+    srv = serve(agent=make_agent(idle_compact_after_minutes=30))
+    tasks = srv.app.state.schedulers
+
+    names = sorted(t.get_name() for t in tasks)
+    assert names == ["dream-schedule", "idle-compaction", "resume-archives"]
+    loops = [t for t in tasks if t.get_name() != "resume-archives"]
+    assert not any(t.done() for t in loops)
+    srv.stop()
+    assert all(t.done() for t in tasks) and all(t.cancelled() for t in loops)

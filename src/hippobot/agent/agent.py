@@ -8,13 +8,18 @@ sessions, memory files, prompts and tools each live behind their own module.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import filelock
 
 from hippobot.agent.background import BackgroundJobs
 from hippobot.agent.budget import Budget
@@ -27,7 +32,7 @@ from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_pr
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
-from hippobot.errors import UserError
+from hippobot.errors import StorageError, UserError
 from hippobot.memory.redact import redact_exact, redact_secrets
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message
@@ -48,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "TurnResult", "split_key"]
 
 log = logging.getLogger(__name__)
+
+TURN_LOCK_TIMEOUT_S = 600.0
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -263,7 +270,7 @@ class Agent:
             for path in media:  # fail before anything is saved: a clear error, nothing lost
                 load_image_block(Path(path).expanduser())
         session = self.sessions.get(key)
-        async with self.sessions.lock(key):
+        async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
             await self.sessions.append(session, self.user_message(key, text, media))
@@ -298,6 +305,45 @@ class Agent:
             await asyncio.to_thread(self._commit_memory_edits, key)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
+
+    @asynccontextmanager
+    async def _turn_lock(self, key: str, on_event: EventSink | None) -> AsyncIterator[None]:
+        """The per-key turn lock (SPEC 4.1), held across processes too.
+
+        Without the file lock, a second hippobot process answering in the same session
+        appends its turn in the middle of ours; a tool result separated from its call is
+        then dropped from every later replay. The wait polls (a non-blocking ``flock``), so
+        the event loop stays free and a cancelled turn never leaves the lock held.
+        """
+        async with self.sessions.lock(key):
+            digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+            path = self.workspace / ".hippobot" / "locks" / f"turn-{digest}.lock"
+            lock = filelock.FileLock(str(path), thread_local=False)
+            deadline = time.monotonic() + TURN_LOCK_TIMEOUT_S
+            told = False
+            while True:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    lock.acquire(timeout=0)
+                    break
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot lock {path}: {exc.strerror or exc}; nothing was written"
+                    ) from exc
+                except filelock.Timeout:
+                    if time.monotonic() > deadline:
+                        raise StorageError(
+                            f"another hippobot process has been answering in session {key} "
+                            f"for over {TURN_LOCK_TIMEOUT_S:.0f}s; try again when it is done"
+                        ) from None
+                    if on_event is not None and not told:
+                        on_event(Notice("waiting for another hippobot process to finish here…"))
+                        told = True
+                    await asyncio.sleep(0.05)
+            try:
+                yield
+            finally:
+                lock.release()
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""
@@ -334,3 +380,9 @@ class Agent:
     async def aclose(self, timeout: float | None = 120.0) -> None:
         """Finish background work (consolidation, /new archiving) before the process exits."""
         await self.jobs.drain(timeout)
+        close = getattr(self._provider, "aclose", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception as exc:  # closing idle connections must not fail a shutdown
+                log.debug("closing the provider failed: %s", exc)

@@ -57,14 +57,20 @@ async def _idle_loop(agent: Agent) -> None:
                 agent.jobs.schedule(f"idle:{info.key}", lambda s=session: agent.consolidator.compact_idle(s))
 
 
+async def _resume(agent: Agent) -> None:
+    try:
+        await agent.consolidator.resume_pending()
+    except Exception:
+        log.exception("could not resume unfinished /new archives; the next turn retries")
+
+
 def start_schedulers(agent: Agent) -> list[asyncio.Task[None]]:
     tasks: list[asyncio.Task[None]] = []
     if not agent.settings.model_configured():
         return tasks
     with contextlib.suppress(Exception):
         agent.dream.recover()
-    with contextlib.suppress(Exception):
-        asyncio.get_running_loop().create_task(agent.consolidator.resume_pending())
+    tasks.append(asyncio.get_running_loop().create_task(_resume(agent), name="resume-archives"))
     if agent.settings.defaults.dream.enabled:
         if agent.settings.defaults.dream.cron:
             try:

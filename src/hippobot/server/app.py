@@ -50,6 +50,8 @@ from hippobot.errors import (
     RateLimitError,
     UserError,
 )
+from hippobot.providers.base import Usage
+from hippobot.server.web import index
 from hippobot.session.keys import validate_key
 
 if TYPE_CHECKING:
@@ -100,14 +102,8 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        fields = {"message": self.message, "type": self.kind, "param": self.param}
+        return {"error": fields | {"code": self.code}}
 
     def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
         merged = {**self.headers, **(headers or {})}
@@ -219,16 +215,10 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages", param="messages")
-    index = next(
-        (
-            i
-            for i in range(len(messages) - 1, -1, -1)
-            if isinstance(messages[i], dict) and messages[i].get("role") == "user"
-        ),
-        None,
-    )
-    if index is None:
+    users = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
         raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
+    index = users[-1]
     text = _content_text(messages[index].get("content"), index)
     if not text.strip():
         raise ApiError(400, "the newest user message is empty", param=f"messages[{index}]")
@@ -378,14 +368,13 @@ _END = object()
 
 
 def _usage(result: TurnResult) -> dict[str, Any]:
-    usage = result.run.usage if result.run is not None else None
-    prompt = usage.prompt_tokens if usage else 0
-    completion = usage.completion_tokens if usage else 0
+    """Token counts of the turn's final model call (zero for commands)."""
+    usage = (result.run.usage if result.run is not None else None) or Usage()
     return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens if usage else 0},
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
 
 
@@ -416,18 +405,12 @@ class _Reply:
         return self._sse({"choices": [], "usage": _usage(result)})
 
     def _sse(self, extra: dict[str, Any]) -> str:
-        body = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.call.model,
-            **extra,
-        }
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created}
+        return _event(body | {"model": self.call.model} | extra)
 
 
-def _error_event(err: ApiError) -> str:
-    return f"data: {json.dumps(err.body(), ensure_ascii=False)}\n\n"
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 async def _outcome(task: asyncio.Task[TurnResult]) -> TurnResult | ApiError:
@@ -462,7 +445,7 @@ async def _sse_stream(
             yield f": tool step {item.name}\n\n"  # an SSE comment: clients ignore it
     result = await _outcome(task)
     if isinstance(result, ApiError):
-        yield _error_event(result)
+        yield _event(result.body())
         return
     rest = text.finish(result.reply)
     if rest:
@@ -603,18 +586,6 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
     return api_error_for(exc).response()
 
 
-async def _close_provider(agent: Agent) -> None:
-    """Close pooled model connections while their event loop still runs."""
-    if not agent.settings.model_configured():
-        return
-    close = getattr(agent.provider, "aclose", None)
-    if close is not None:
-        try:
-            await close()
-        except Exception as exc:  # nothing left to protect at this point; say it and go
-            log.warning("closing the model connections failed: %s", exc)
-
-
 def create_app(
     agent: Agent,
     *,
@@ -625,14 +596,14 @@ def create_app(
 ) -> Starlette:
     """The ASGI app. Its lifespan starts the agent's schedulers (Dream, idle compaction) and,
     at shutdown, drains in-flight turns (``shutdown_timeout``), stops the schedulers and
-    closes the agent. ``app.state.gate`` is the :class:`TurnGate`."""
-    from hippobot.server.web import index
-
+    closes the agent. ``app.state.gate`` is the :class:`TurnGate`, ``app.state.schedulers``
+    the scheduler tasks."""
     gate = TurnGate(max_queued_per_session=max_queued_per_session)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         schedulers = agent.start_schedulers() if run_schedulers else []
+        app.state.schedulers = schedulers
         try:
             yield
         finally:
@@ -640,8 +611,7 @@ def create_app(
             for task in schedulers:
                 task.cancel()
             await asyncio.gather(*schedulers, return_exceptions=True)
-            await agent.aclose(shutdown_timeout)
-            await _close_provider(agent)
+            await agent.aclose(shutdown_timeout)  # also closes the model connections
 
     app = Starlette(
         routes=[
@@ -651,16 +621,12 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", index, methods=["GET"]),
         ],
-        exception_handlers={
-            ApiError: _on_api_error,
-            HTTPException: _on_http_error,
-            Exception: _on_crash,
-        },
+        exception_handlers={ApiError: _on_api_error, HTTPException: _on_http_error,
+                            Exception: _on_crash},
         lifespan=lifespan,
         max_body_size=MAX_BODY_BYTES,
     )
     app.add_middleware(BearerAuth, api_key=api_key)
     app.state.agent = agent
     app.state.gate = gate
-    app.state.api_key = api_key
     return app
