@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -228,6 +232,26 @@ def _ms(values: list[float]) -> dict:
     }
 
 
+class Samples:
+    """Wall-clock and CPU time of repeated operations. CPU time is reported too because
+    the machine may be shared: it shows the work done, wall time what a user waits."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.cpu.append(time.process_time() - cpu)
+        self.wall.append(time.perf_counter() - wall)
+
+    def summary(self) -> dict:
+        cpu = _ms(self.cpu)
+        return {**_ms(self.wall), "cpu_median_ms": cpu["median_ms"], "cpu_p95_ms": cpu["p95_ms"]}
+
+
 def run(root: Path, *, small: bool) -> dict:
     sizes = (
         dict(history=2_000, sessions=20, per_session=200)
@@ -235,12 +259,19 @@ def run(root: Path, *, small: bool) -> dict:
         else dict(history=50_000, sessions=500, per_session=1_000)
     )
     n_turns, n_queries = (50, 50) if small else (200, 200)
+    load_before = os.getloadavg()[0]
+    probe = time.perf_counter()
+    for _ in range(2000):
+        os.stat(__file__)
+    stat_us = (time.perf_counter() - probe) / 2000 * 1e6
     started = time.perf_counter()
     info = build_workspace(root, **sizes)
     generate_s = time.perf_counter() - started
 
     index = RecallIndex(root, auto_sync=False)
+    cpu = time.process_time()
     stats = index.rebuild()
+    rebuild_cpu = time.process_time() - cpu
     db_bytes = sum(p.stat().st_size for p in index.path.parent.glob("recall.sqlite3*"))
 
     rng = random.Random(SEED + 2)
@@ -251,51 +282,39 @@ def run(root: Path, *, small: bool) -> dict:
         channel, chat = key.split(":")
         path = root / "sessions" / channel / f"{chat}.jsonl"
         now = datetime.now().isoformat(timespec="seconds")
+        lines = [
+            {"role": "user", "content": f"turn {i}: {corpus.text(5, 30)}", "timestamp": now},
+            {"role": "assistant", "content": corpus.text(10, 60), "timestamp": now},
+        ]
         with path.open("a", encoding="utf-8") as fh:
-            for role, text in (
-                ("user", f"turn {i}: {corpus.text(5, 30)}"),
-                ("assistant", corpus.text(10, 60)),
-            ):
-                fh.write(
-                    json.dumps(
-                        {"role": role, "content": text, "timestamp": now}, ensure_ascii=False
-                    )
-                    + "\n"
-                )
+            fh.writelines(json.dumps(m, ensure_ascii=False) + "\n" for m in lines)
         return path
 
-    turn_times, targeted_times = [], []
+    full, targeted, idle, plain, synced = Samples(), Samples(), Samples(), Samples(), Samples()
     for i in range(n_turns):
         append_turn(i)
-        t = time.perf_counter()
-        s = index.sync()
-        turn_times.append(time.perf_counter() - t)
+        with full.measure():
+            s = index.sync()
         assert s.docs_added == 2 and s.docs_removed == 0, s
     for i in range(n_turns):
         path = append_turn(n_turns + i)
-        t = time.perf_counter()
-        s = index.sync(paths=[path])
-        targeted_times.append(time.perf_counter() - t)
+        with targeted.measure():
+            s = index.sync(paths=[path])
         assert s.docs_added == 2 and s.docs_removed == 0, s
-    idle_times = []
     for _ in range(n_turns):
-        t = time.perf_counter()
-        index.sync()
-        idle_times.append(time.perf_counter() - t)
+        with idle.measure():
+            index.sync()
 
     qs = queries(corpus, n_queries)
-    query_times, hit_counts = [], []
+    hit_counts = []
     for q in qs:
-        t = time.perf_counter()
-        hits = index.search(q, k=8, session_key=info["keys"][0])
-        query_times.append(time.perf_counter() - t)
+        with plain.measure():
+            hits = index.search(q, k=8, session_key=info["keys"][0])
         hit_counts.append(len(hits))
     index.auto_sync = True
-    synced_times = []
     for q in qs:
-        t = time.perf_counter()
-        index.search(q, k=8)
-        synced_times.append(time.perf_counter() - t)
+        with synced.measure():
+            index.search(q, k=8)
     index.close()
 
     return {
@@ -303,25 +322,37 @@ def run(root: Path, *, small: bool) -> dict:
         "generate_s": round(generate_s, 2),
         "rebuild": {
             "seconds": round(stats.seconds, 2),
+            "cpu_seconds": round(rebuild_cpu, 2),
             "docs": stats.docs_added,
             "mb_read": round(stats.bytes_read / 1e6, 1),
             "index_mb": round(db_bytes / 1e6, 1),
         },
-        "append_turn_sync": _ms(turn_times),
-        "append_turn_sync_paths": _ms(targeted_times),
-        "idle_sync": _ms(idle_times),
+        "append_turn_sync": full.summary(),
+        "append_turn_sync_paths": targeted.summary(),
+        "idle_sync": idle.summary(),
         "query": {
-            **_ms(query_times),
+            **plain.summary(),
             "queries": len(qs),
             "with_hits": sum(1 for c in hit_counts if c),
         },
-        "query_with_auto_sync": _ms(synced_times),
+        "query_with_auto_sync": synced.summary(),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
+        "stat_call_us": round(stat_us, 2),
         "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
     }
 
 
+def _row(r: dict) -> str:
+    return (
+        f"median {r['median_ms']} ms, p95 {r['p95_ms']} ms "
+        f"(CPU median {r['cpu_median_ms']} ms, p95 {r['cpu_p95_ms']} ms)"
+    )
+
+
 def table(r: dict) -> str:
-    w = r["workspace"]
+    w, rb = r["workspace"], r["rebuild"]
     rows = [
         (
             "workspace",
@@ -330,33 +361,19 @@ def table(r: dict) -> str:
         ),
         (
             "full rebuild",
-            f"{r['rebuild']['seconds']} s for {r['rebuild']['docs']:,} docs "
-            f"({r['rebuild']['mb_read']} MB read, index {r['rebuild']['index_mb']} MB)",
+            f"{rb['seconds']} s ({rb['cpu_seconds']} s CPU) for {rb['docs']:,} docs, "
+            f"{rb['mb_read']} MB read, index {rb['index_mb']} MB",
         ),
+        ("append turn + sync()", _row(r["append_turn_sync"])),
+        ("append turn + sync(paths=[file])", _row(r["append_turn_sync_paths"])),
+        ("sync(), nothing changed", _row(r["idle_sync"])),
+        ("query, index synced", _row(r["query"])),
+        ("query incl. auto sync()", _row(r["query_with_auto_sync"])),
         (
-            "append turn + sync",
-            f"median {r['append_turn_sync']['median_ms']} ms, "
-            f"p95 {r['append_turn_sync']['p95_ms']} ms",
-        ),
-        (
-            "append turn + sync(paths=[file])",
-            f"median {r['append_turn_sync_paths']['median_ms']} ms, "
-            f"p95 {r['append_turn_sync_paths']['p95_ms']} ms",
-        ),
-        (
-            "sync, nothing changed",
-            f"median {r['idle_sync']['median_ms']} ms, p95 {r['idle_sync']['p95_ms']} ms",
-        ),
-        (
-            "query (synced index)",
-            f"p50 {r['query']['median_ms']} ms, p95 {r['query']['p95_ms']} ms, "
-            f"max {r['query']['max_ms']} ms ({r['query']['with_hits']}/{r['query']['queries']} "
-            "with hits)",
-        ),
-        (
-            "query incl. sync()",
-            f"p50 {r['query_with_auto_sync']['median_ms']} ms, "
-            f"p95 {r['query_with_auto_sync']['p95_ms']} ms",
+            "machine",
+            f"{r['cpus']} CPUs, load average {r['load_average'][0]} → {r['load_average'][1]}, "
+            f"one stat() {r['stat_call_us']} µs, "
+            f"Python {r['python']}, SQLite {r['sqlite']}",
         ),
     ]
     width = max(len(a) for a, _ in rows)

@@ -8,6 +8,7 @@ import pytest
 
 from hippobot.errors import ToolError
 from hippobot.recall import RecallError, RecallIndex, format_hits, hits_to_json, recall_tools
+from hippobot.tools.base import ToolRegistry
 
 from .conftest import Workspace
 
@@ -171,3 +172,15 @@ async def test_private_tool_search_hides_other_chats(
     text = (await search.invoke({"query": "budget"})).text
 
     assert "telegram" not in text and text.startswith("No matches")
+
+
+async def test_tools_run_through_the_registry(two_chats: Workspace, index: RecallIndex) -> None:
+    registry = ToolRegistry(recall_tools(index, session_key="cli:direct"))
+
+    found = await registry.execute("memory_search", '{"query": "vegetarian", "scope": "memory"}')
+    bad = await registry.execute("memory_get", '{"citation": "history#12345"}')
+    wrong_scope = await registry.execute("memory_search", '{"query": "x", "scope": "web"}')
+
+    assert not found.is_error and found.text.startswith("[memory/MEMORY.md:4]")
+    assert bad.is_error and "no history entry #12345" in bad.text
+    assert wrong_scope.is_error

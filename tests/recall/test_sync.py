@@ -34,6 +34,8 @@ def test_nothing_changed_reads_nothing(ws: Workspace, index: RecallIndex) -> Non
     ws.add_history(1, "alpha")
     ws.add_message("cli:direct", "user", "beta")
     ws.write("memory/MEMORY.md", "- gamma\n")
+    for path in (ws.history, ws.session_path("cli:direct"), ws.root / "memory" / "MEMORY.md"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))  # settled, not written this instant
     first = index.sync()
     assert first.files_new == 3 and first.docs_added == 3
 
@@ -99,6 +101,19 @@ def test_hand_edited_memory_drops_removed_fact(ws: Workspace, index: RecallIndex
     assert stats.files_reindexed == 1
     assert index.search("peanuts") == []
     assert _citations(index.search("jazz")) == ["memory/MEMORY.md:3"]
+
+
+def test_same_size_memory_edit_right_after_indexing(ws: Workspace, index: RecallIndex) -> None:
+    # Same length, same clock tick: size and mtime alone cannot tell these apart.
+    path = ws.write("memory/MEMORY.md", "- Has two cats\n")
+    assert _citations(index.search("cats")) == ["memory/MEMORY.md:1"]
+    stat = path.stat()
+
+    path.write_text("- Has two dogs\n", encoding="utf-8")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    assert index.search("cats") == []
+    assert _citations(index.search("dogs")) == ["memory/MEMORY.md:1"]
 
 
 def test_rewritten_shorter_session_is_reindexed(ws: Workspace, index: RecallIndex) -> None:
@@ -272,3 +287,24 @@ def test_sync_given_a_deleted_path_drops_it(ws: Workspace, index: RecallIndex) -
 
     assert stats.files_removed == 1
     assert index.search("armadillo") == []
+
+
+def test_search_answers_while_another_process_holds_the_write_lock(ws: Workspace) -> None:
+    ws.add_history(1, "- Prefers window seats")
+    index = RecallIndex(ws.root)
+    index.sync()
+    ws.add_history(2, "- Prefers aisle seats on long flights")
+    blocker = sqlite3.connect(index.path, timeout=0)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        conn = index._conn
+        assert conn is not None
+        conn.execute("PRAGMA busy_timeout=50")
+
+        hits = index.search("window seats")
+
+        assert [h.citation for h in hits] == ["history#1"]  # stale but answered
+    finally:
+        blocker.rollback()
+        blocker.close()
+        index.close()

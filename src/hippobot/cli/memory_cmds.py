@@ -67,8 +67,7 @@ def search(
     from hippobot.recall.index import RecallIndex
     from hippobot.recall.tools import format_hits, hits_to_json
 
-    index = RecallIndex(_settings(workspace).workspace)
-    index.sync()
+    index = RecallIndex(_settings(workspace).workspace)  # syncs itself before searching
     hits = index.search(query, k=k)
     if json_out:
         _print_json(hits_to_json(hits))
@@ -81,8 +80,8 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     """Rebuild the search index from the files (it is derived state)."""
     from hippobot.recall.index import RecallIndex
 
-    stats = RecallIndex(_settings(workspace).workspace).rebuild()
-    sys.stdout.write(f"reindexed: {stats}\n")
+    stats = RecallIndex(_settings(workspace).workspace, auto_sync=False).rebuild()
+    sys.stdout.write(f"reindexed: {stats.describe()}\n")
 
 
 @memory_app.command("log")

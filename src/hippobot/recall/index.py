@@ -15,10 +15,11 @@ Tables:
   ``owner``). One per kind because BM25 scans every match of a term to weigh it: with
   separate tables a scope filter is free and a query reads each posting list once.
   Rows are deleted by replaying :func:`~hippobot.recall.query.index_text` over the text.
+* ``vectors``: embeddings of documents, only when semantic search is on.
 
 Concurrency: WAL mode and a busy timeout; every write happens inside ``BEGIN IMMEDIATE``
-after re-reading ``files`` under that lock, so two processes syncing at once never index
-the same bytes twice.
+after re-reading ``files`` if another connection committed, so two processes syncing at
+once never index the same bytes twice. A corrupt database is deleted and rebuilt.
 """
 
 from __future__ import annotations
@@ -29,43 +30,47 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
 from .query import (
+    FTS_TABLES,
     KIND_BOOST,
     Hit,
     ParsedQuery,
     RecallError,
     Scope,
-    best_snippet,
-    format_file_lines,
-    format_history_entry,
-    format_session_window,
-    format_ts,
+    candidate_sql,
+    expand_citation,
     index_text,
+    load_hits,
     match_expression,
     owner_clause,
+    owner_filter,
     owner_token,
     parse_citation,
     parse_query,
-    score_sql,
 )
 from .sources import (
     HEAD,
+    RACY_NS,
     TAIL,
     Doc,
     FileState,
+    Scanner,
     SessionState,
     SourceFile,
+    SyncStats,
     can_append,
     classify,
     digest,
-    discover,
     fallback_session_key,
+    markdown_docs,
+    open_source,
     parse_new_bytes,
+    pread,
     read_range,
 )
 
@@ -75,7 +80,7 @@ log = logging.getLogger("hippobot.recall")
 
 INDEX_DIR = ".hippobot"
 INDEX_FILE = "recall.sqlite3"
-SCHEMA_VERSION = "2"  # bump when the tables or index_text() change: the index is rebuilt
+SCHEMA_VERSION = "1"  # bump when the tables or index_text() change: the index is rebuilt
 _TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 _BUSY_MS = 10_000
 _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
@@ -83,7 +88,6 @@ _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
 # cost of a query whatever the terms; see docs/recall.md for what it means for ranking.
 _CANDIDATES = 200
 _CANDIDATES_ANY = 100
-_FTS = {"memory": "fts_memory", "history": "fts_history", "session": "fts_session"}
 _KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}
 _KIND_SPAN = 1 << 40
 _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
@@ -92,6 +96,8 @@ _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
     "sessions": ("session",),
     "memory": ("memory",),
 }
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 
@@ -116,23 +122,6 @@ INSERT INTO meta(key, value) VALUES ('schema', '{SCHEMA_VERSION}');
 """
 
 
-def _candidate_sql(kind: str, *, ranked: bool) -> str:
-    """Score the newest ``:cap`` matches of one kind (bm25 × recency), keep the best ``:k``.
-
-    Bounded work even for a term found in every document. Unranked (a query of stop words
-    only) skips bm25, whose cost grows with the number of matches, and orders by recency.
-    """
-    table = _FTS[kind]
-    bm25 = f"bm25({table}, 1.0, 0.0)" if ranked else "-1.0"
-    return f"""
-SELECT c.id, {score_sql("c.bm25", "coalesce(d.ts, :missing_ts)")} AS score FROM (
-    SELECT rowid AS id, {bm25} AS bm25 FROM {table}
-    WHERE {table} MATCH :match ORDER BY rowid DESC LIMIT :cap
-) AS c JOIN docs AS d ON d.id = c.id
-ORDER BY score DESC, c.id DESC LIMIT :k
-"""
-
-
 T = TypeVar("T")
 
 
@@ -142,34 +131,6 @@ class _Everything:
 
 
 _EVERYTHING = _Everything()
-
-
-@dataclass(slots=True)
-class SyncStats:
-    """What one sync (or rebuild) did; counts of files and documents, not timings alone."""
-
-    files_seen: int = 0
-    files_unchanged: int = 0
-    files_appended: int = 0
-    files_reindexed: int = 0
-    files_new: int = 0
-    files_removed: int = 0
-    docs_added: int = 0
-    docs_removed: int = 0
-    bytes_read: int = 0
-    seconds: float = 0.0
-    rebuilt: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        """One line for people, e.g. after ``hippobot memory reindex``."""
-        head = "rebuilt" if self.rebuilt else "synced"
-        return (
-            f"{head} {self.files_seen} files ({self.files_new} new, {self.files_appended} "
-            f"appended, {self.files_reindexed} re-indexed, {self.files_removed} removed): "
-            f"+{self.docs_added} / -{self.docs_removed} entries, "
-            f"{self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
-        )
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
@@ -197,6 +158,7 @@ class RecallIndex:
         self._data_version = -1
         self._next_ids: dict[str, int] = {}
         self._warnings: list[str] = []
+        self._scanner = Scanner(self.workspace)
         # Optional semantic side (off by default): vectors kept next to the documents.
         self._vectors = VectorStore(embedder) if embedder is not None else None
 
@@ -241,6 +203,9 @@ class RecallIndex:
             # pages through the read() path, and keep hot pages cached.
             conn.execute("PRAGMA mmap_size=268435456")
             conn.execute("PRAGMA cache_size=-32000")
+            # A checkpoint ends in an fsync; with the default (every 4 MB of WAL) one turn in
+            # ~50 paid for it. Every 32 MB keeps the per-turn tail latency flat.
+            conn.execute("PRAGMA wal_autocheckpoint=8000")
             self._check_schema(conn)
         except BaseException:
             conn.close()
@@ -261,7 +226,15 @@ class RecallIndex:
             if version != SCHEMA_VERSION:
                 if names:
                     log.info("recall index schema %s is outdated; rebuilding", version)
-                for name in ("fts", *_FTS.values(), "texts", "vectors", "docs", "files", "meta"):
+                for name in (
+                    "fts",
+                    *FTS_TABLES.values(),
+                    "texts",
+                    "vectors",
+                    "docs",
+                    "files",
+                    "meta",
+                ):
                     conn.execute(f"DROP TABLE IF EXISTS {name}")
                 for statement in _SCHEMA.split(";\n"):
                     if statement.strip():
@@ -324,7 +297,7 @@ class RecallIndex:
                 db.execute("DELETE FROM texts")
                 db.execute("DELETE FROM vectors")
                 db.execute("DELETE FROM files")
-                for table in _FTS.values():
+                for table in FTS_TABLES.values():
                     db.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
                 db.execute("COMMIT")
             except BaseException:
@@ -333,7 +306,7 @@ class RecallIndex:
             self._states = None
             stats = self._sync()
             started = time.perf_counter()
-            for table in _FTS.values():
+            for table in FTS_TABLES.values():
                 db.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             stats.seconds += time.perf_counter() - started
@@ -341,6 +314,19 @@ class RecallIndex:
             return stats
 
         return self._guard(run)
+
+    def _auto_sync(self) -> None:
+        """Sync before answering, unless another process holds the write lock too long:
+        then answer from the index as it is (it is at most that sync behind)."""
+        if not self.auto_sync:
+            return
+        try:
+            self._sync()
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                raise
+            log.info("recall index busy (%s); searching without syncing first", exc)
 
     def _load_states(self) -> dict[str, FileState]:
         rows = self._db.execute(
@@ -367,7 +353,14 @@ class RecallIndex:
         states = self._cached_states()
         present = {sf.rel for sf, _ in found}
         todo = [(sf, st) for sf, st in found if not _is_current(states.get(sf.rel), st)]
-        if not todo and not any(rel not in present for rel in states if rel in scope):
+        # Every file found is known (no todo), so with a full scan nothing vanished
+        # exactly when the counts agree.
+        vanished = (
+            len(states) > len(present)
+            if scope is _EVERYTHING
+            else any(rel in states for rel in scope if rel not in present)
+        )
+        if not todo and not vanished:
             stats.files_unchanged = len(found)
             return stats
         db = self._db
@@ -410,7 +403,7 @@ class RecallIndex:
     ) -> tuple[list[tuple[SourceFile, os.stat_result]], Container[str]]:
         """Files to check, and the set of ``rel`` names a missing file may be dropped from."""
         if paths is None:
-            return list(discover(self.workspace)), _EVERYTHING
+            return self._scanner.scan(), _EVERYTHING
         found, scope = [], set()
         for path in paths:
             sf = classify(self.workspace, path)
@@ -432,12 +425,14 @@ class RecallIndex:
         it gone and drops it.
         """
         try:
-            fd = os.open(sf.path, os.O_RDONLY)
+            fd = open_source(sf.path)
         except OSError:
             return state
         try:
             st = os.fstat(fd)
-            if state is not None and sf.kind != "memory" and can_append(fd, st, state):
+            if sf.kind == "memory":
+                return self._index_markdown(fd, st, sf, state, stats)
+            if state is not None and can_append(fd, st, state):
                 start = state.offset
                 session = SessionState(state.session_key, state.next_num, state.last_ts)
                 stats.files_appended += 1
@@ -455,44 +450,53 @@ class RecallIndex:
             stats.bytes_read += len(data)
             end, docs = parse_new_bytes(sf.kind, data, start, session)
             head_len = min(HEAD, end)
-            head = digest(os.pread(fd, head_len, 0))
+            head = digest(pread(fd, head_len, 0))
             tail_len = min(TAIL, end)
-            tail = digest(os.pread(fd, tail_len, end - tail_len))
+            tail = digest(pread(fd, tail_len, end - tail_len))
         finally:
             os.close(fd)
         new = FileState(
-            id=state.id if state is not None else 0,
-            rel=sf.rel,
-            kind=sf.kind,
-            size=st.st_size,
-            mtime_ns=st.st_mtime_ns,
-            inode=st.st_ino,
-            offset=end,
-            head_len=head_len,
-            head_hash=head,
-            tail_hash=tail,
-            session_key=session.session_key,
-            next_num=session.next_num,
-            last_ts=session.last_ts,
-        )
+            state.id if state is not None else 0, sf.rel, sf.kind, st.st_size, st.st_mtime_ns,
+            st.st_ino, end, head_len, head, tail, session.session_key, session.next_num,
+            session.last_ts,
+        )  # fmt: skip
         self._write_state(new)
         self._insert_docs(sf.kind, new.id, docs, stats)
         return new
 
+    def _index_markdown(
+        self, fd: int, st: os.stat_result, sf: SourceFile, state: FileState | None, stats: SyncStats
+    ) -> FileState:
+        """Re-index a Markdown file whose content changed (the hash covers the whole file).
+
+        An mtime less than ``RACY_NS`` old is stored as -1: a same-size edit within the
+        same clock tick would otherwise look unchanged, so such a file is hashed again on
+        the next sync (and only re-indexed if its content really differs).
+        """
+        data = read_range(fd, 0, st.st_size)
+        stats.bytes_read += len(data)
+        content = digest(data)
+        mtime = st.st_mtime_ns if time.time_ns() - st.st_mtime_ns > RACY_NS else -1
+        same = state is not None and state.head_hash == content and state.size == len(data)
+        new = FileState(
+            state.id if state is not None else 0, sf.rel, sf.kind, len(data), mtime,
+            st.st_ino, len(data), len(data), content, b"", None, 0, None,
+        )  # fmt: skip
+        if state is not None and not same:
+            self._delete_docs(state, stats)
+            stats.files_reindexed += 1
+        elif state is None:
+            stats.files_new += 1
+        self._write_state(new)
+        if not same:
+            self._insert_docs(
+                sf.kind, new.id, markdown_docs(data.decode("utf-8", "replace")), stats
+            )
+        return new
+
     def _write_state(self, state: FileState) -> None:
         """Store ``state``; a new file (``id == 0``) gets its id assigned here."""
-        values = (
-            state.size,
-            state.mtime_ns,
-            state.inode,
-            state.offset,
-            state.head_len,
-            state.head_hash,
-            state.tail_hash,
-            state.session_key,
-            state.next_num,
-            state.last_ts,
-        )
+        values = astuple(state)[3:]  # size … last_ts, in column order
         if state.id:
             self._db.execute(
                 "UPDATE files SET size=?, mtime_ns=?, inode=?, offset=?, head_len=?, "
@@ -539,7 +543,7 @@ class RecallIndex:
             next_id += 1
         self._next_ids[kind] = next_id
         if rows:
-            table = _FTS[kind]
+            table = FTS_TABLES[kind]
             self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
             self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
             if self._vectors is not None:
@@ -555,7 +559,7 @@ class RecallIndex:
             "WHERE d.file_id=?",
             (state.id,),
         ).fetchall()
-        table = _FTS[state.kind]
+        table = FTS_TABLES[state.kind]
         self._db.executemany(
             f"INSERT INTO {table}({table}, rowid, body, owner) VALUES ('delete', ?, ?, ?)",
             ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
@@ -597,8 +601,7 @@ class RecallIndex:
             return []
 
         def run() -> list[Hit]:
-            if self.auto_sync:
-                self._sync()
+            self._auto_sync()
             found = self._keyword_search(
                 parsed,
                 k,
@@ -609,7 +612,7 @@ class RecallIndex:
             )
             if self._vectors is not None:
                 found = self._fuse(found, query, k, scope, session_key, include_other_sessions)
-            return self._hits(found[:k], parsed, session_key)
+            return load_hits(self._db, found[:k], parsed, session_key)
 
         return self._guard(run)
 
@@ -635,7 +638,7 @@ class RecallIndex:
                 break
             match = match_expression(parsed, mode=mode, prefix=prefix)
             for kind in _SCOPE_KINDS[scope]:
-                owners = _owner_filter(kind, session_key, include_other)
+                owners = owner_filter(kind, session_key, include_other)
                 params = {
                     "match": match + owner_clause(owners),
                     "cap": _CANDIDATES if mode == "all" else _CANDIDATES_ANY,
@@ -645,7 +648,7 @@ class RecallIndex:
                     "missing_ts": now if kind == "memory" else -1e12,
                 }
                 boost = KIND_BOOST[kind]
-                sql = _candidate_sql(kind, ranked=not parsed.only_stopwords)
+                sql = candidate_sql(kind, ranked=not parsed.only_stopwords)
                 for doc_id, score in self._db.execute(sql, params):
                     if doc_id not in found:
                         found[doc_id] = (tier, score * boost)
@@ -680,53 +683,6 @@ class RecallIndex:
         scores = dict(keyword)
         return [(i, scores.get(i, 0.0)) for i in fused]
 
-    def _hits(
-        self,
-        best: list[tuple[int, float]],
-        parsed: ParsedQuery,
-        session_key: str | None,
-    ) -> list[Hit]:
-        if not best:
-            return []
-        ids = [doc_id for doc_id, _ in best]
-        marks = ",".join("?" * len(ids))
-        rows = {
-            r[0]: r
-            for r in self._db.execute(
-                "SELECT d.id, d.num, d.ts, d.session_key, d.role, t.text, f.rel, f.kind "
-                "FROM docs d JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
-                f"WHERE d.id IN ({marks})",
-                ids,
-            )
-        }
-        hits = []
-        for doc_id, score in best:
-            if doc_id not in rows:
-                continue
-            _, num, ts, key, role, text, rel, kind = rows[doc_id]
-            snippet, offset = best_snippet(text, parsed)
-            if kind == "history":
-                citation = f"history#{num}"
-            elif kind == "session":
-                citation = f"session {key}#{num}"
-            else:
-                citation = f"{rel}:{num + text.count(chr(10), 0, offset)}"
-            other = bool(session_key and key and kind != "memory" and key != session_key)
-            hits.append(
-                Hit(
-                    citation=citation,
-                    kind=kind,
-                    snippet=snippet,
-                    score=round(score, 6),
-                    timestamp=format_ts(ts),
-                    session_key=key,
-                    other_session=other,
-                    role=role,
-                    source=rel,
-                )
-            )
-        return hits
-
     def get(
         self,
         citation: str,
@@ -750,75 +706,16 @@ class RecallIndex:
         private = session_key if not include_other_sessions else None
 
         def run() -> str:
-            if self.auto_sync:
-                self._sync()
-            if cite.kind == "history":
-                return self._get_history(cite.number, private)
-            if cite.kind == "session":
-                key = cite.session_key or ""
-                if private and key != private:
-                    raise RecallError(f"session {key} is not visible from this chat")
-                return self._get_session(key, cite.number, around)
-            return self._get_lines(cite.path or "", cite.number, around)
+            self._auto_sync()
+            return expand_citation(self._db, self.workspace, cite, around, private)
 
         return self._guard(run)
 
-    def _get_history(self, number: int, private: str | None) -> str:
-        row = self._db.execute(
-            "SELECT d.num, d.ts, d.session_key, d.origin, t.text FROM docs d "
-            "JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
-            "WHERE f.kind = 'history' AND d.num = ? "
-            "ORDER BY d.id DESC LIMIT 1",
-            (number,),
-        ).fetchone()
-        if row is None:
-            raise RecallError(f"no history entry #{number}")
-        if private and row[2] and row[2] != private:
-            raise RecallError(f"history#{number} belongs to another session")
-        return format_history_entry(*row)
-
-    def _get_session(self, key: str, number: int, around: int) -> str:
-        files = self._db.execute(
-            "SELECT id, next_num FROM files WHERE kind = 'session' AND session_key = ? ORDER BY id",
-            (key,),
-        ).fetchall()
-        if not files:
-            raise RecallError(f"no session {key!r} in the index")
-        for file_id, total in files:
-            rows = self._db.execute(
-                "SELECT d.num, d.ts, d.role, t.text FROM docs d JOIN texts t ON t.id = d.id "
-                "WHERE d.file_id = ? AND d.num BETWEEN ? AND ? ORDER BY d.num",
-                (file_id, number - around, number + around),
-            ).fetchall()
-            if any(r[0] == number for r in rows):
-                return format_session_window(key, number, total, rows)
-        raise RecallError(f"session {key} has no message #{number} with text")
-
-    def _get_lines(self, rel: str, line: int, around: int) -> str:
-        # Only files the index covers can be opened: a citation is not a path to anywhere.
-        known = self._db.execute(
-            "SELECT 1 FROM files WHERE kind = 'memory' AND rel = ?", (rel,)
-        ).fetchone()
-        if known is None:
-            raise RecallError(f"{rel} is not an indexed memory file")
-        try:
-            lines = (
-                (self.workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
-            )
-        except OSError as exc:
-            raise RecallError(f"cannot read {rel}: {exc.strerror}") from exc
-        if not 1 <= line <= len(lines):
-            raise RecallError(f"{rel} has {len(lines)} lines; there is no line {line}")
-        first, last = max(1, line - around), min(len(lines), line + around)
-        return format_file_lines(rel, lines, first, last, line)
-
 
 def _is_current(state: FileState | None, st: os.stat_result) -> bool:
-    return state is not None and state.unchanged(st)
-
-
-def _owner_filter(kind: str, session_key: str | None, include_other: bool) -> list[str] | None:
-    if include_other or not session_key or kind == "memory":
-        return None
-    own = owner_token(kind, session_key)
-    return [own] if kind == "session" else [own, owner_token(kind, None)]
+    return (
+        state is not None
+        and st.st_size == state.size
+        and st.st_mtime_ns == state.mtime_ns
+        and st.st_ino == state.inode
+    )

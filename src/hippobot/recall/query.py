@@ -1,8 +1,8 @@
-"""Text analysis for the recall index: what gets indexed, how a query is matched and shown.
+"""Answering recall queries: tokens, the ranking SQL, snippets, hits and citations.
 
-Everything here is pure (no database, no files) so both sides of the index, the writer and
-the searcher, share exactly one definition of a token, and the text a person or the model
-reads is formatted in one place.
+Both sides of the index, the writer and the searcher, share the one definition of a token
+here (:func:`index_text`, :func:`parse_query`); the functions at the end read the index
+through a connection they are given and format what a person or the model sees.
 
 Tokenising. The FTS5 table uses ``porter unicode61`` for words. Scripts written without
 spaces between words (Chinese, Japanese, Thai, ...) would come out of ``unicode61`` as one
@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Literal
 
 from hippobot.errors import UserError
 
 __all__ = [
+    "FTS_TABLES",
     "KIND_BOOST",
     "RECENCY_TAU_DAYS",
     "RECENCY_WEIGHT",
@@ -41,13 +44,17 @@ __all__ = [
     "Scope",
     "Term",
     "best_snippet",
+    "candidate_sql",
+    "expand_citation",
     "format_file_lines",
     "format_history_entry",
     "format_session_window",
     "format_ts",
     "index_text",
+    "load_hits",
     "match_expression",
     "owner_clause",
+    "owner_filter",
     "owner_token",
     "parse_citation",
     "parse_query",
@@ -402,3 +409,144 @@ def format_file_lines(path: str, lines: list[str], first: int, last: int, cited:
         mark = ">" if n == cited else " "
         out.append(f"{mark}{n:>{width}}  {lines[n - 1]}")
     return "\n".join(out)
+
+
+# --- reading the index ---------------------------------------------------------------
+
+FTS_TABLES = {"memory": "fts_memory", "history": "fts_history", "session": "fts_session"}
+
+
+def candidate_sql(kind: str, *, ranked: bool) -> str:
+    """Score the newest ``:cap`` matches of one kind (bm25 × recency), keep the best ``:k``.
+
+    Bounded work even for a term found in every document. Unranked (a query of stop words
+    only) skips bm25, whose cost grows with the number of matches, and orders by recency.
+    """
+    table = FTS_TABLES[kind]
+    bm25 = f"bm25({table}, 1.0, 0.0)" if ranked else "-1.0"
+    return f"""
+SELECT c.id, {score_sql("c.bm25", "coalesce(d.ts, :missing_ts)")} AS score FROM (
+    SELECT rowid AS id, {bm25} AS bm25 FROM {table}
+    WHERE {table} MATCH :match ORDER BY rowid DESC LIMIT :cap
+) AS c JOIN docs AS d ON d.id = c.id
+ORDER BY score DESC, c.id DESC LIMIT :k
+"""
+
+
+def owner_filter(kind: str, session_key: str | None, include_other: bool) -> list[str] | None:
+    """Owner tokens a private session may see for ``kind``; ``None`` means no filter."""
+    if include_other or not session_key or kind == "memory":
+        return None
+    own = owner_token(kind, session_key)
+    return [own] if kind == "session" else [own, owner_token(kind, None)]
+
+
+def load_hits(
+    conn: sqlite3.Connection,
+    best: list[tuple[int, float]],
+    parsed: ParsedQuery,
+    session_key: str | None,
+) -> list[Hit]:
+    """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation."""
+    if not best:
+        return []
+    ids = [doc_id for doc_id, _ in best]
+    marks = ",".join("?" * len(ids))
+    rows = {
+        r[0]: r
+        for r in conn.execute(
+            "SELECT d.id, d.num, d.ts, d.session_key, d.role, t.text, f.rel, f.kind "
+            "FROM docs d JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
+            f"WHERE d.id IN ({marks})",
+            ids,
+        )
+    }
+    hits = []
+    for doc_id, score in best:
+        if doc_id not in rows:
+            continue
+        _, num, ts, key, role, text, rel, kind = rows[doc_id]
+        snippet, offset = best_snippet(text, parsed)
+        if kind == "history":
+            citation = f"history#{num}"
+        elif kind == "session":
+            citation = f"session {key}#{num}"
+        else:
+            citation = f"{rel}:{num + text.count(chr(10), 0, offset)}"
+        other = bool(session_key and key and kind != "memory" and key != session_key)
+        hits.append(
+            Hit(
+                citation=citation,
+                kind=kind,
+                snippet=snippet,
+                score=round(score, 6),
+                timestamp=format_ts(ts),
+                session_key=key,
+                other_session=other,
+                role=role,
+                source=rel,
+            )
+        )
+    return hits
+
+
+def expand_citation(
+    conn: sqlite3.Connection, workspace: Path, cite: Citation, around: int, private: str | None
+) -> str:
+    """The text ``RecallIndex.get`` returns; ``private`` is the only session visible, if set."""
+    if cite.kind == "history":
+        return _get_history(conn, cite.number, private)
+    if cite.kind == "session":
+        key = cite.session_key or ""
+        if private and key != private:
+            raise RecallError(f"session {key} is not visible from this chat")
+        return _get_session(conn, key, cite.number, around)
+    return _get_lines(conn, workspace, cite.path or "", cite.number, around)
+
+
+def _get_history(conn: sqlite3.Connection, number: int, private: str | None) -> str:
+    row = conn.execute(
+        "SELECT d.num, d.ts, d.session_key, d.origin, t.text FROM docs d "
+        "JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
+        "WHERE f.kind = 'history' AND d.num = ? "
+        "ORDER BY d.id DESC LIMIT 1",
+        (number,),
+    ).fetchone()
+    if row is None:
+        raise RecallError(f"no history entry #{number}")
+    if private and row[2] and row[2] != private:
+        raise RecallError(f"history#{number} belongs to another session")
+    return format_history_entry(*row)
+
+
+def _get_session(conn: sqlite3.Connection, key: str, number: int, around: int) -> str:
+    files = conn.execute(
+        "SELECT id, next_num FROM files WHERE kind = 'session' AND session_key = ? ORDER BY id",
+        (key,),
+    ).fetchall()
+    if not files:
+        raise RecallError(f"no session {key!r} in the index")
+    for file_id, total in files:
+        rows = conn.execute(
+            "SELECT d.num, d.ts, d.role, t.text FROM docs d JOIN texts t ON t.id = d.id "
+            "WHERE d.file_id = ? AND d.num BETWEEN ? AND ? ORDER BY d.num",
+            (file_id, number - around, number + around),
+        ).fetchall()
+        if any(r[0] == number for r in rows):
+            return format_session_window(key, number, total, rows)
+    raise RecallError(f"session {key} has no message #{number} with text")
+
+
+def _get_lines(conn: sqlite3.Connection, workspace: Path, rel: str, line: int, around: int) -> str:
+    # Only files the index covers can be opened: a citation is not a path to anywhere.
+    known = conn.execute("SELECT 1 FROM files WHERE kind = 'memory' AND rel = ?", (rel,)).fetchone()
+    if known is None:
+        raise RecallError(f"{rel} is not an indexed memory file")
+    try:
+        lines = (workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise RecallError(f"cannot read {rel}: {exc.strerror}") from exc
+    if not 1 <= line <= len(lines):
+        raise RecallError(f"{rel} has {len(lines)} lines; there is no line {line}")
+    first, last = max(1, line - around), min(len(lines), line + around)
+    return format_file_lines(rel, lines, first, last, line)

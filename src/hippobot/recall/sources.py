@@ -17,8 +17,9 @@ import hashlib
 import json
 import os
 import stat
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,14 @@ from .query import Kind
 __all__ = [
     "HEAD",
     "MAX_DOC_CHARS",
+    "RACY_NS",
     "TAIL",
     "Doc",
     "FileState",
+    "Scanner",
     "SessionState",
     "SourceFile",
+    "SyncStats",
     "can_append",
     "classify",
     "digest",
@@ -43,8 +47,10 @@ __all__ = [
     "history_docs",
     "markdown_docs",
     "message_text",
+    "open_source",
     "parse_new_bytes",
     "parse_timestamp",
+    "pread",
     "read_range",
     "session_docs",
 ]
@@ -54,6 +60,7 @@ _TOOL_ARGS_CHARS = 300
 _CHUNK_MAX_LINES = 12
 _CHUNK_MAX_CHARS = 1_200
 _ROOT_MARKDOWN = ("SOUL.md", "USER.md")
+RACY_NS = 2_000_000_000  # an mtime this recent may hide a change made in the same tick
 HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite
 TAIL = 256  # bytes hashed just before the indexed offset to detect an edit
 
@@ -93,27 +100,86 @@ class SessionState:
     last_ts: float | None = None
 
 
-def discover(workspace: Path) -> Iterator[tuple[SourceFile, os.stat_result]]:
-    """Every indexable file with its ``stat``; one ``stat`` per file, nothing is read.
+class Scanner:
+    """Lists every indexable file with its ``stat``; nothing is read.
 
-    Runs before every search and after every turn, so it sticks to ``os.scandir`` and
-    string paths (pathlib costs more than the system calls here).
+    Runs before every search and after every turn, so: string paths (pathlib costs more
+    than the system calls here), and a directory's listing is reused while the
+    directory's mtime is unchanged. A listing younger than ``RACY_NS`` is not reused,
+    because a file created in the same clock tick would not move that mtime.
     """
-    root = os.fspath(workspace)
-    cut = len(root) + 1
-    for rel, kind in (
-        ("memory/history.jsonl", "history"),
-        *((n, "memory") for n in _ROOT_MARKDOWN),
-    ):
-        path = os.path.join(root, rel)
+
+    def __init__(self, workspace: Path) -> None:
+        self.root = os.fspath(workspace)
+        self._cut = len(self.root) + 1
+        self._listings: dict[str, tuple[int, list[tuple[str, bool, SourceFile | None]]]] = {}
+
+    def scan(self) -> list[tuple[SourceFile, os.stat_result]]:
+        found: list[tuple[SourceFile, os.stat_result]] = []
+        fixed: list[tuple[str, Kind]] = [("memory/history.jsonl", "history")]
+        fixed += [(name, "memory") for name in _ROOT_MARKDOWN]
+        for rel, kind in fixed:
+            path = os.path.join(self.root, rel)
+            self._add(found, SourceFile(path, rel, kind))
+        self._walk(os.path.join(self.root, "memory"), ".md", "memory", found)
+        self._walk(os.path.join(self.root, "sessions"), ".jsonl", "session", found)
+        return found
+
+    @staticmethod
+    def _add(found: list[tuple[SourceFile, os.stat_result]], sf: SourceFile) -> None:
         try:
-            st = os.stat(path)
+            st = os.lstat(sf.path)
         except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            yield SourceFile(path, rel, kind), st  # type: ignore[arg-type]
-    yield from _walk(os.path.join(root, "memory"), cut, ".md", "memory")
-    yield from _walk(os.path.join(root, "sessions"), cut, ".jsonl", "session")
+            return
+        if stat.S_ISREG(st.st_mode):  # symlinks are not followed out of the workspace
+            found.append((sf, st))
+
+    def _walk(
+        self, top: str, suffix: str, kind: Kind, found: list[tuple[SourceFile, os.stat_result]]
+    ) -> None:
+        for path, is_dir, sf in self._entries(top, suffix, kind):
+            if is_dir:
+                self._walk(path, suffix, kind, found)
+            elif sf is not None:
+                self._add(found, sf)
+
+    def _entries(
+        self, top: str, suffix: str, kind: Kind
+    ) -> list[tuple[str, bool, SourceFile | None]]:
+        try:
+            mtime = os.stat(top).st_mtime_ns
+        except OSError:
+            self._listings.pop(top, None)
+            return []
+        cached = self._listings.get(top)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        entries = []
+        try:
+            with os.scandir(top) as it:
+                for entry in it:
+                    if entry.name.startswith("."):
+                        continue  # temp files of atomic rewrites, hidden side files
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    sf = None
+                    if not is_dir and entry.name.endswith(suffix):
+                        rel = entry.path[self._cut :].replace(os.sep, "/")
+                        sf = SourceFile(entry.path, rel, kind)
+                    entries.append((entry.path, is_dir, sf))
+        except OSError:
+            return []
+        entries.sort(key=lambda e: e[0])
+        if time.time_ns() - mtime > RACY_NS:
+            self._listings[top] = (mtime, entries)
+        return entries
+
+
+def discover(workspace: Path) -> list[tuple[SourceFile, os.stat_result]]:
+    """Every indexable file with its ``stat`` (one-off; :class:`Scanner` caches listings)."""
+    return Scanner(workspace).scan()
 
 
 def classify(workspace: Path, path: Path | str) -> SourceFile | None:
@@ -135,27 +201,6 @@ def classify(workspace: Path, path: Path | str) -> SourceFile | None:
     if any(p.startswith(".") for p in parts):
         return None
     return SourceFile(full, rel, kind)
-
-
-def _walk(
-    top: str, cut: int, suffix: str, kind: Kind
-) -> Iterator[tuple[SourceFile, os.stat_result]]:
-    try:
-        entries = list(os.scandir(top))
-    except OSError:
-        return
-    for entry in entries:
-        name = entry.name
-        if name.startswith("."):
-            continue  # temp files of atomic rewrites, hidden side files
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                yield from _walk(entry.path, cut, suffix, kind)
-            elif name.endswith(suffix) and entry.is_file(follow_symlinks=False):
-                rel = entry.path[cut:].replace(os.sep, "/")
-                yield SourceFile(entry.path, rel, kind), entry.stat(follow_symlinks=False)
-        except OSError:
-            continue  # vanished between listing and stat
 
 
 def parse_timestamp(value: Any) -> float | None:
@@ -286,12 +331,43 @@ def markdown_docs(text: str) -> Iterator[Doc]:
     yield from flush()
 
 
+@dataclass(slots=True)
+class SyncStats:
+    """What one sync (or rebuild) did; counts of files and documents, not timings alone."""
+
+    files_seen: int = 0
+    files_unchanged: int = 0
+    files_appended: int = 0
+    files_reindexed: int = 0
+    files_new: int = 0
+    files_removed: int = 0
+    docs_added: int = 0
+    docs_removed: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    rebuilt: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line for people, e.g. after ``hippobot memory reindex``."""
+        head = "rebuilt" if self.rebuilt else "synced"
+        return (
+            f"{head} {self.files_seen} files ({self.files_new} new, {self.files_appended} "
+            f"appended, {self.files_reindexed} re-indexed, {self.files_removed} removed): "
+            f"+{self.docs_added} / -{self.docs_removed} entries, "
+            f"{self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
+        )
+
+
 # --- change detection ---------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class FileState:
-    """What the index remembers about a source file between syncs."""
+    """What the index remembers about a source file between syncs.
+
+    Field order is the ``files`` table's column order (``RecallIndex`` relies on it).
+    """
 
     id: int
     rel: str
@@ -321,21 +397,34 @@ def fallback_session_key(rel: str) -> str:
     return ":".join(parts)
 
 
+def open_source(path: str) -> int:
+    """A read-only file descriptor for ``path`` (binary mode where that is a flag)."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+
+
+def pread(fd: int, n: int, offset: int) -> bytes:
+    """``os.pread`` where it exists (POSIX); seek and read elsewhere."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, n)
+
+
 def can_append(fd: int, st: os.stat_result, state: FileState) -> bool:
     """True when the file still starts with exactly the bytes we indexed and only grew."""
     if st.st_ino != state.inode or st.st_size < state.offset or st.st_size == state.size:
         return False
-    if digest(os.pread(fd, state.head_len, 0)) != state.head_hash:
+    if digest(pread(fd, state.head_len, 0)) != state.head_hash:
         return False
     tail_len = min(TAIL, state.offset)
-    return digest(os.pread(fd, tail_len, state.offset - tail_len)) == state.tail_hash
+    return digest(pread(fd, tail_len, state.offset - tail_len)) == state.tail_hash
 
 
 def read_range(fd: int, start: int, end: int) -> bytes:
     chunks = []
     pos = start
     while pos < end:
-        chunk = os.pread(fd, min(end - pos, 1 << 24), pos)
+        chunk = pread(fd, min(end - pos, 1 << 24), pos)
         if not chunk:
             break
         chunks.append(chunk)
