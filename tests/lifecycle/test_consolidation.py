@@ -173,3 +173,31 @@ def test_raw_entries_are_bounded_and_say_where_the_messages_are():
     assert text.startswith("[RAW] 1 messages (summary failed: timeout)")
     assert len(text) < 16_500
     assert "cli:direct #3-3" in text
+
+
+async def test_a_summary_call_that_errors_out_becomes_a_raw_entry(make_agent, scripted_model):
+    agent = make_agent()  # retries without waiting (see conftest)
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "FACT: User's locker code is 4711")
+    session = agent.sessions.get("cli:direct")
+    for _ in range(4):
+        scripted_model.fail(503)  # every attempt of the summary call fails
+    outcome = await agent.consolidator.archive_until(session, len(session.messages))
+    assert outcome is not None and outcome.raw
+    (entry,) = history_lines(agent)
+    assert entry["content"].startswith("[RAW] 2 messages (summary failed:")
+    assert "locker code is 4711" in entry["content"]
+    assert session.last_consolidated == 2
+
+
+async def test_a_save_summary_tool_call_is_accepted(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "I prefer tea over coffee")
+    session = agent.sessions.get("cli:direct")
+    scripted_model.reply_tool_call(
+        "save_summary", {"facts": [{"kind": "permanent", "text": "User prefers tea over coffee"}]}
+    )
+    outcome = await agent.consolidator.archive_until(session, len(session.messages))
+    assert outcome is not None and not outcome.raw
+    assert history_lines(agent)[0]["content"] == "- [permanent] User prefers tea over coffee"

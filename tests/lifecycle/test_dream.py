@@ -203,3 +203,30 @@ def test_git_log_works_with_a_plain_git_client_when_present(tmp_path):
     GitStore(tmp_path).init()
     out = subprocess.run(["git", "-C", str(tmp_path), "log", "--format=%an <%ae> %s"], capture_output=True, text=True)
     assert out.stdout.strip() == "hippobot <hippobot@dream> init: memory store"
+
+
+async def test_remembering_on_request_is_versioned_at_once(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply_tool_call(
+        "edit_file",
+        {"path": "memory/MEMORY.md", "old_text": "### Preferences\n", "new_text": "### Preferences\n- Vegetarian\n"},
+    )
+    scripted_model.reply("I'll remember that you're vegetarian.")
+    await agent.turn("cli:direct", "Remember that I'm vegetarian.")
+    assert "- Vegetarian" in (agent.workspace / "memory/MEMORY.md").read_text()
+    latest = agent.git.log(limit=1)[0]
+    assert latest.subject == "memory: edited in chat (cli:direct)"
+    assert "memory/MEMORY.md" in latest.files
+
+
+async def test_a_looping_dream_is_stopped_by_its_token_budget(make_agent, scripted_model, caplog):
+    agent = make_agent()
+    agent.settings.defaults.dream.max_tokens_per_run = 1000
+    plant_history(agent, "- [permanent] a", "- [permanent] b")
+    agent.settings.defaults.dream.batch_size = 1
+    scripted_model.usage(prompt_tokens=900, completion_tokens=200)
+    scripted_model.reply("[USER] a")
+    result = await agent.dream.run()
+    assert result.status == "stopped"
+    assert "token budget" in result.describe()
+    assert agent.memory.dream_cursor() == 0  # the batch never completed
