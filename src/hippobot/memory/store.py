@@ -25,6 +25,9 @@ Invariants this module keeps:
   ``.dream_cursor`` becomes 0 (everything pending again; nothing is lost).
 
 Locking order is always the in-process mutex first, then the file lock.
+
+The atomic writes are in :mod:`hippobot.memory.atomic` (re-exported here); the caches that
+make reading ``history.jsonl`` cheap are in :mod:`hippobot.memory.history_reader`.
 """
 
 from __future__ import annotations
@@ -32,26 +35,25 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from hippobot.errors import StorageError
+from hippobot.memory.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.memory.history import (
     HistoryEntry,
     HistorySource,
     format_timestamp,
-    parse_chunk,
     parse_line,
     split_legacy_history,
     strip_think,
 )
+from hippobot.memory.history_reader import HistoryReader, StoreStats
 from hippobot.memory.redact import redact_exact, redact_secrets
 
 __all__ = [
@@ -72,70 +74,7 @@ DEFAULT_KEEP_ENTRIES = 1000
 LOCK_TIMEOUT_S = 60.0
 
 _DECIMAL = re.compile(r"\d+")
-_TAIL_BLOCK = 4096
-_TAIL_BLOCK_MAX = 1 << 20
-# Bytes before the parsed offset that must be unchanged for an incremental read to be
-# trusted (guards against a file rewritten in place to a larger size).
-_ANCHOR = 64
 _REDACT_MARGIN = 4096
-
-
-# --- atomic writes ----------------------------------------------------------------------
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
-
-    A temp file in the same directory is written, fsynced, renamed over ``path`` and the
-    directory fsynced. The file keeps the mode of the file it replaces (new files get the
-    usual umask-derived mode). On failure the temp file is removed, the old file is left
-    untouched and :class:`StorageError` is raised.
-    """
-    path = Path(path)
-    directory = path.parent
-    tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise StorageError(
-            f"could not write {path}: {exc}; the previous file is unchanged"
-        ) from exc
-    _fsync_dir(directory)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _read_text(path: Path) -> str:
@@ -146,28 +85,6 @@ def _read_text(path: Path) -> str:
 
 
 # --- the store --------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """How much reading the store did; lets tests prove the fast paths are taken."""
-
-    full_reads: int = 0  # whole history.jsonl read (load, max scan, compaction)
-    tail_reads: int = 0  # last entry found by reading backwards from the end
-    incremental_reads: int = 0  # only the bytes appended since the last read parsed
-
-
-@dataclass(slots=True)
-class _HistoryCache:
-    """Parsed complete lines of history.jsonl up to byte ``offset``."""
-
-    ino: int
-    size: int
-    mtime_ns: int
-    offset: int
-    anchor: bytes
-    entries: list[HistoryEntry]
-    tail: HistoryEntry | None  # a valid last line that has no newline yet
 
 
 class MemoryStore:
@@ -201,10 +118,8 @@ class MemoryStore:
         self._clock = clock
         self._mutex = threading.RLock()
         self._file_lock = FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
-        self._tail_key: tuple[int, int, int] | None = None  # (ino, size, mtime_ns)
-        self._tail_cursor = 0
-        self._cache: _HistoryCache | None = None
-        self._warned_torn: tuple[int, int] | None = None
+        # Caches of history.jsonl (parsed entries, last cursor); used under _mutex.
+        self._history = HistoryReader(self.history_path, self.stats)
         self._warned_truncation = False
         if migrate:
             try:
@@ -288,7 +203,7 @@ class MemoryStore:
     def last_cursor(self) -> int:
         """The last cursor allocated (0 when there is no history)."""
         with self._mutex:
-            return max(self._counter() or 0, self._last_cursor_in_file())
+            return max(self._counter() or 0, self._history.last_cursor())
 
     def dream_cursor(self) -> int:
         """The last cursor a completed Dream processed; 0 when missing.
@@ -330,58 +245,11 @@ class MemoryStore:
         when ``history.jsonl`` may have changed in a way its inode, size and mtime hide.
         """
         with self._mutex:
-            self._cache = None
-            self._tail_key = None
-
-    # --- reading the tail -------------------------------------------------------------------
-
-    def _stat_history(self) -> os.stat_result | None:
-        try:
-            return self.history_path.stat()
-        except FileNotFoundError:
-            return None
-
-    def _last_cursor_in_file(self) -> int:
-        """Cursor of the last valid entry, re-reading only the tail when the file changed."""
-        st = self._stat_history()
-        if st is None or st.st_size == 0:
-            return 0
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if key != self._tail_key:
-            last = self._read_last_entry(st.st_size)
-            self._tail_cursor = last.cursor if last else 0
-            self._tail_key = key
-        return self._tail_cursor
-
-    def _read_last_entry(self, size: int) -> HistoryEntry | None:
-        """The last parseable entry, reading backwards in doubling blocks.
-
-        Lines are split on the newline byte, which never occurs inside a multibyte UTF-8
-        sequence, so a block boundary cannot corrupt a line we decode. Unparseable
-        trailing lines (a torn write) are skipped and the search goes on backwards.
-        """
-        self.stats.tail_reads += 1
-        block = _TAIL_BLOCK
-        pos = size
-        pending = b""
-        with open(self.history_path, "rb") as fh:
-            while pos > 0:
-                step = min(block, pos)
-                pos -= step
-                fh.seek(pos)
-                pending = fh.read(step) + pending
-                lines = pending.split(b"\n")
-                pending = lines.pop(0) if pos > 0 else b""
-                for raw in reversed(lines):
-                    entry = parse_line(raw.decode("utf-8", errors="replace"))
-                    if entry is not None:
-                        return entry
-                block = min(block * 2, _TAIL_BLOCK_MAX)
-        return None
+            self._history.forget()
 
     def _max_cursor_in_file(self) -> int:
         with self._mutex:
-            return max((e.cursor for e in self._entries()), default=0)
+            return max((e.cursor for e in self._history.entries()), default=0)
 
     # --- appending --------------------------------------------------------------------------
 
@@ -424,7 +292,7 @@ class MemoryStore:
         text = self._prepare(content, max_chars)
         stamp = timestamp or format_timestamp(self._clock())
         with self._locked():
-            cursor = max(self._counter() or 0, self._last_cursor_in_file(), self.dream_cursor()) + 1
+            cursor = max(self._counter() or 0, self._history.last_cursor(), self.dream_cursor()) + 1
             entry = HistoryEntry(cursor, stamp, text, session_key=session_key, source=source)
             self._append_line(entry.to_json(), cursor)
             atomic_write_text(self.cursor_path, str(cursor))
@@ -454,8 +322,7 @@ class MemoryStore:
             ) from exc
         finally:
             os.close(fd)
-        self._tail_key = (after.st_ino, after.st_size, after.st_mtime_ns)
-        self._tail_cursor = cursor
+        self._history.appended(after, cursor)
 
     def _ends_with_newline(self, size: int) -> bool:
         with open(self.history_path, "rb") as fh:
@@ -478,7 +345,7 @@ class MemoryStore:
         turn: parsed entries are cached and only appended bytes are parsed again.
         """
         with self._mutex:
-            entries = self._entries()
+            entries = self._history.entries()
         selected = [
             e
             for e in entries
@@ -488,73 +355,10 @@ class MemoryStore:
             selected = selected[-limit:] if limit > 0 else []
         return selected
 
-    def _entries(self) -> list[HistoryEntry]:
-        st = self._stat_history()
-        if st is None:
-            self._cache = None
-            return []
-        cache = self._cache
-        if cache is None or not self._extend_cache(cache, st):
-            self.stats.full_reads += 1
-            try:
-                data = self.history_path.read_bytes()
-            except FileNotFoundError:
-                self._cache = None
-                return []
-            cache = self._cache = _HistoryCache(st.st_ino, 0, 0, 0, b"", [], None)
-            self._absorb(cache, st, data)
-        return cache.entries + ([cache.tail] if cache.tail else [])
-
-    def _extend_cache(self, cache: _HistoryCache, st: os.stat_result) -> bool:
-        """Bring ``cache`` up to date by parsing the appended bytes; False if it cannot."""
-        if (cache.ino, cache.size, cache.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
-            return True
-        if st.st_ino != cache.ino or st.st_size <= cache.size:
-            return False  # replaced, shrunk or rewritten in place: parse it all again
-        with open(self.history_path, "rb") as fh:
-            start = max(0, cache.offset - len(cache.anchor))
-            fh.seek(start)
-            if fh.read(cache.offset - start) != cache.anchor:
-                return False
-            data = fh.read(st.st_size - cache.offset)
-        self.stats.incremental_reads += 1
-        self._absorb(cache, st, data)
-        return True
-
-    def _absorb(self, cache: _HistoryCache, st: os.stat_result, data: bytes) -> None:
-        """Add ``data`` (the file's bytes from ``cache.offset`` on) to ``cache``.
-
-        Complete lines are parsed once and kept; a final line without its newline is
-        parsed on every call until it is finished. Invalid lines get one warning.
-        """
-        chunk = parse_chunk(data)
-        if chunk.invalid:
-            logger.warning(
-                "%s: skipped %d invalid line(s) after byte %d",
-                self.history_path,
-                chunk.invalid,
-                cache.offset,
-            )
-        cache.entries.extend(chunk.entries)
-        cache.offset += chunk.consumed
-        cache.anchor = (cache.anchor + data[: chunk.consumed])[-_ANCHOR:]
-        cache.size, cache.mtime_ns, cache.tail = st.st_size, st.st_mtime_ns, None
-        if chunk.tail.strip():
-            cache.tail = parse_line(chunk.tail.decode("utf-8", errors="replace"))
-            marker = (cache.offset, len(chunk.tail))
-            if cache.tail is None and self._warned_torn != marker:
-                self._warned_torn = marker
-                logger.warning(
-                    "%s ends in an incomplete line (%d bytes, likely a crash mid-write); "
-                    "skipped it",
-                    self.history_path,
-                    len(chunk.tail),
-                )
-
     def get_entry(self, cursor: int) -> HistoryEntry | None:
         """The entry with ``cursor`` (a citation target), or ``None`` if it is gone."""
         with self._mutex:
-            return next((e for e in self._entries() if e.cursor == cursor), None)
+            return next((e for e in self._history.entries() if e.cursor == cursor), None)
 
     # --- compaction -------------------------------------------------------------------------
 
@@ -587,14 +391,13 @@ class MemoryStore:
             drop = min(max(0, len(valid) - keep), first_pending)
             if drop == 0:
                 return 0
-            counter = max(self._counter() or 0, self._last_cursor_in_file())
+            counter = max(self._counter() or 0, self._history.last_cursor())
             start = valid[drop][0] if drop < len(valid) else valid[-1][0] + 1
             kept = b"\n".join(raws[start:])
             atomic_write_bytes(self.history_path, kept)
             if counter:
                 atomic_write_text(self.cursor_path, str(counter))
-            self._cache = None
-            self._tail_key = None
+            self._history.forget()
         pending = len(valid) - first_pending
         if pending > keep:
             logger.warning(
@@ -636,8 +439,7 @@ class MemoryStore:
                 os.replace(self.legacy_history_path, backup)
             except OSError as exc:
                 raise StorageError(f"could not rename {self.legacy_history_path}: {exc}") from exc
-            self._cache = None
-            self._tail_key = None
+            self._history.forget()
         logger.warning(
             "migrated %d entries from %s into %s; the old file is kept as %s",
             count,

@@ -20,6 +20,10 @@ Tables:
 Concurrency: WAL mode and a busy timeout; every write happens inside ``BEGIN IMMEDIATE``
 after re-reading ``files`` if another connection committed, so two processes syncing at
 once never index the same bytes twice. A corrupt database is deleted and rebuilt.
+
+This module owns the connection, sync and queries; the DDL and connection settings are in
+:mod:`~hippobot.recall.schema`, the rows of one file are written by
+:mod:`~hippobot.recall.writer`.
 """
 
 from __future__ import annotations
@@ -30,9 +34,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Container, Iterable
-from dataclasses import astuple
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
 from .query import (
@@ -44,35 +47,17 @@ from .query import (
     Scope,
     candidate_sql,
     expand_citation,
-    index_text,
     load_hits,
     match_expression,
     owner_clause,
     owner_filter,
-    owner_token,
     parse_citation,
     parse_query,
 )
-from .sources import (
-    HEAD,
-    RACY_NS,
-    TAIL,
-    Doc,
-    FileState,
-    Scanner,
-    SessionState,
-    SourceFile,
-    SyncStats,
-    can_append,
-    classify,
-    digest,
-    fallback_session_key,
-    markdown_docs,
-    open_source,
-    parse_new_bytes,
-    pread,
-    read_range,
-)
+from .schema import KIND_BASE, KIND_SPAN, SQLITE_BUSY, SQLITE_LOCKED, connect, is_corruption
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: it used to live here
+from .sources import FileState, Scanner, SourceFile, SyncStats, classify
+from .writer import IndexWriter
 
 __all__ = ["INDEX_DIR", "INDEX_FILE", "RecallIndex", "SyncStats"]
 
@@ -80,47 +65,17 @@ log = logging.getLogger("hippobot.recall")
 
 INDEX_DIR = ".hippobot"
 INDEX_FILE = "recall.sqlite3"
-SCHEMA_VERSION = "1"  # bump when the tables or index_text() change: the index is rebuilt
-_TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
-_BUSY_MS = 10_000
 _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
 # Newest matches scored per kind: all-terms pass, then the any-term fallback. Bounds the
 # cost of a query whatever the terms; see docs/recall.md for what it means for ranking.
 _CANDIDATES = 200
 _CANDIDATES_ANY = 100
-_KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}
-_KIND_SPAN = 1 << 40
 _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
     "all": ("memory", "history", "session"),
     "history": ("history",),
     "sessions": ("session",),
     "memory": ("memory",),
 }
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
-
-_SCHEMA = f"""
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE files(
-    id INTEGER PRIMARY KEY, rel TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
-    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, inode INTEGER NOT NULL,
-    offset INTEGER NOT NULL, head_len INTEGER NOT NULL, head_hash BLOB NOT NULL,
-    tail_hash BLOB NOT NULL, session_key TEXT, next_num INTEGER NOT NULL, last_ts REAL);
-CREATE INDEX files_session ON files(session_key);
-CREATE TABLE docs(
-    id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, num INTEGER NOT NULL, end_num INTEGER,
-    ts REAL, session_key TEXT, role TEXT, origin TEXT);
-CREATE INDEX docs_file ON docs(file_id, num);
-CREATE TABLE texts(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE vectors(id INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
-CREATE VIRTUAL TABLE fts_memory USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
-CREATE VIRTUAL TABLE fts_history USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
-CREATE VIRTUAL TABLE fts_session USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
-INSERT INTO meta(key, value) VALUES ('schema', '{SCHEMA_VERSION}');
-"""
-
 
 T = TypeVar("T")
 
@@ -131,11 +86,6 @@ class _Everything:
 
 
 _EVERYTHING = _Everything()
-
-
-def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
 
 
 class RecallIndex:
@@ -156,7 +106,6 @@ class RecallIndex:
         self._db_inode = 0
         self._states: dict[str, FileState] | None = None
         self._data_version = -1
-        self._next_ids: dict[str, int] = {}
         self._warnings: list[str] = []
         self._scanner = Scanner(self.workspace)
         # Optional semantic side (off by default): vectors kept next to the documents.
@@ -192,58 +141,9 @@ class RecallIndex:
                 pass
             self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            # Queries touch a few hundred scattered rows: map the file instead of copying
-            # pages through the read() path, and keep hot pages cached.
-            conn.execute("PRAGMA mmap_size=268435456")
-            conn.execute("PRAGMA cache_size=-32000")
-            # A checkpoint ends in an fsync; with the default (every 4 MB of WAL) one turn in
-            # ~50 paid for it. Every 32 MB keeps the per-turn tail latency flat.
-            conn.execute("PRAGMA wal_autocheckpoint=8000")
-            self._check_schema(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
+        self._conn = connect(self.path)
         self._db_inode = os.stat(self.path).st_ino
         self._states = None
-
-    @staticmethod
-    def _check_schema(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            version = None
-            if "meta" in names:
-                row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                version = row[0] if row else None
-            if version != SCHEMA_VERSION:
-                if names:
-                    log.info("recall index schema %s is outdated; rebuilding", version)
-                for name in (
-                    "fts",
-                    *FTS_TABLES.values(),
-                    "texts",
-                    "vectors",
-                    "docs",
-                    "files",
-                    "meta",
-                ):
-                    conn.execute(f"DROP TABLE IF EXISTS {name}")
-                for statement in _SCHEMA.split(";\n"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def _guard(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the lock; a corrupt database is deleted, rebuilt, and retried."""
@@ -252,7 +152,7 @@ class RecallIndex:
                 self._ensure_open()
                 return fn()
             except sqlite3.DatabaseError as exc:
-                if not _is_corruption(exc):
+                if not is_corruption(exc):
                     raise
                 self._recover(exc)
                 return fn()
@@ -324,7 +224,7 @@ class RecallIndex:
             self._sync()
         except sqlite3.OperationalError as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            if code not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            if code not in (SQLITE_BUSY, SQLITE_LOCKED):
                 raise
             log.info("recall index busy (%s); searching without syncing first", exc)
 
@@ -368,13 +268,13 @@ class RecallIndex:
         try:
             # Fresh under the write lock: reloaded only if another process committed.
             states = self._cached_states()
-            self._next_ids = {}
+            writer = IndexWriter(db, self._vectors)
             pending = 0
             for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):
                 if _is_current(states.get(sf.rel), st):
                     continue  # another process indexed it meanwhile
                 before = stats.docs_added
-                new_state = self._index_file(sf, states.get(sf.rel), stats)
+                new_state = writer.index_file(sf, states.get(sf.rel), stats)
                 if new_state is not None:
                     states[sf.rel] = new_state
                 pending += stats.docs_added - before
@@ -383,7 +283,7 @@ class RecallIndex:
                     db.execute("BEGIN IMMEDIATE")
                     pending = 0
             for rel in [rel for rel in states if rel not in present and rel in scope]:
-                self._drop_file(states.pop(rel), stats)
+                writer.drop_file(states.pop(rel), stats)
                 stats.files_removed += 1
             db.execute("COMMIT")
         except BaseException:
@@ -415,163 +315,6 @@ class RecallIndex:
             except OSError:
                 continue  # gone: dropped below because it is in scope
         return found, scope
-
-    def _index_file(
-        self, sf: SourceFile, state: FileState | None, stats: SyncStats
-    ) -> FileState | None:
-        """Index what is new in one file (inside the write transaction); returns its state.
-
-        A file that vanished since it was listed keeps its old state; the next sync sees
-        it gone and drops it.
-        """
-        try:
-            fd = open_source(sf.path)
-        except OSError:
-            return state
-        try:
-            st = os.fstat(fd)
-            if sf.kind == "memory":
-                return self._index_markdown(fd, st, sf, state, stats)
-            if state is not None and can_append(fd, st, state):
-                start = state.offset
-                session = SessionState(state.session_key, state.next_num, state.last_ts)
-                stats.files_appended += 1
-            else:
-                if state is not None:
-                    self._delete_docs(state, stats)
-                    stats.files_reindexed += 1
-                else:
-                    stats.files_new += 1
-                start = 0
-                session = SessionState(
-                    fallback_session_key(sf.rel) if sf.kind == "session" else None
-                )
-            data = read_range(fd, start, st.st_size)
-            stats.bytes_read += len(data)
-            end, docs = parse_new_bytes(sf.kind, data, start, session)
-            head_len = min(HEAD, end)
-            head = digest(pread(fd, head_len, 0))
-            tail_len = min(TAIL, end)
-            tail = digest(pread(fd, tail_len, end - tail_len))
-        finally:
-            os.close(fd)
-        new = FileState(
-            state.id if state is not None else 0, sf.rel, sf.kind, st.st_size, st.st_mtime_ns,
-            st.st_ino, end, head_len, head, tail, session.session_key, session.next_num,
-            session.last_ts,
-        )  # fmt: skip
-        self._write_state(new)
-        self._insert_docs(sf.kind, new.id, docs, stats)
-        return new
-
-    def _index_markdown(
-        self, fd: int, st: os.stat_result, sf: SourceFile, state: FileState | None, stats: SyncStats
-    ) -> FileState:
-        """Re-index a Markdown file whose content changed (the hash covers the whole file).
-
-        An mtime less than ``RACY_NS`` old is stored as -1: a same-size edit within the
-        same clock tick would otherwise look unchanged, so such a file is hashed again on
-        the next sync (and only re-indexed if its content really differs).
-        """
-        data = read_range(fd, 0, st.st_size)
-        stats.bytes_read += len(data)
-        content = digest(data)
-        mtime = st.st_mtime_ns if time.time_ns() - st.st_mtime_ns > RACY_NS else -1
-        same = state is not None and state.head_hash == content and state.size == len(data)
-        new = FileState(
-            state.id if state is not None else 0, sf.rel, sf.kind, len(data), mtime,
-            st.st_ino, len(data), len(data), content, b"", None, 0, None,
-        )  # fmt: skip
-        if state is not None and not same:
-            self._delete_docs(state, stats)
-            stats.files_reindexed += 1
-        elif state is None:
-            stats.files_new += 1
-        self._write_state(new)
-        if not same:
-            self._insert_docs(
-                sf.kind, new.id, markdown_docs(data.decode("utf-8", "replace")), stats
-            )
-        return new
-
-    def _write_state(self, state: FileState) -> None:
-        """Store ``state``; a new file (``id == 0``) gets its id assigned here."""
-        values = astuple(state)[3:]  # size … last_ts, in column order
-        if state.id:
-            self._db.execute(
-                "UPDATE files SET size=?, mtime_ns=?, inode=?, offset=?, head_len=?, "
-                "head_hash=?, tail_hash=?, session_key=?, next_num=?, last_ts=? WHERE id=?",
-                (*values, state.id),
-            )
-            return
-        cur = self._db.execute(
-            "INSERT INTO files(size, mtime_ns, inode, offset, head_len, head_hash, tail_hash, "
-            "session_key, next_num, last_ts, rel, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*values, state.rel, state.kind),
-        )
-        state.id = int(cur.lastrowid or 0)
-
-    def _next_id(self, kind: str) -> int:
-        if kind not in self._next_ids:
-            base = _KIND_BASE[kind]
-            row = self._db.execute(
-                "SELECT max(id) FROM docs WHERE id >= ? AND id < ?", (base, base + _KIND_SPAN)
-            ).fetchone()
-            self._next_ids[kind] = (row[0] or base) + 1
-        return self._next_ids[kind]
-
-    def _insert_docs(self, kind: str, file_id: int, docs: Iterable[Doc], stats: SyncStats) -> None:
-        next_id = self._next_id(kind)
-        rows: list[tuple[Any, ...]] = []
-        fts_rows: list[tuple[int, str, str]] = []
-        texts: list[tuple[int, str]] = []
-        for doc in docs:
-            rows.append(
-                (
-                    next_id,
-                    file_id,
-                    doc.num,
-                    doc.end_num,
-                    doc.ts,
-                    doc.session_key,
-                    doc.role,
-                    doc.origin,
-                )
-            )
-            texts.append((next_id, doc.text))
-            fts_rows.append((next_id, index_text(doc.text), owner_token(kind, doc.session_key)))
-            next_id += 1
-        self._next_ids[kind] = next_id
-        if rows:
-            table = FTS_TABLES[kind]
-            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
-            self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
-            if self._vectors is not None:
-                self._vectors.add(self._db, texts)
-            self._db.executemany(
-                f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
-            )
-        stats.docs_added += len(rows)
-
-    def _delete_docs(self, state: FileState, stats: SyncStats) -> None:
-        rows = self._db.execute(
-            "SELECT d.id, t.text, d.session_key FROM docs d JOIN texts t ON t.id = d.id "
-            "WHERE d.file_id=?",
-            (state.id,),
-        ).fetchall()
-        table = FTS_TABLES[state.kind]
-        self._db.executemany(
-            f"INSERT INTO {table}({table}, rowid, body, owner) VALUES ('delete', ?, ?, ?)",
-            ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
-        )
-        self._db.executemany("DELETE FROM texts WHERE id=?", ((r[0],) for r in rows))
-        self._db.executemany("DELETE FROM vectors WHERE id=?", ((r[0],) for r in rows))
-        self._db.execute("DELETE FROM docs WHERE file_id=?", (state.id,))
-        stats.docs_removed += len(rows)
-
-    def _drop_file(self, state: FileState, stats: SyncStats) -> None:
-        self._delete_docs(state, stats)
-        self._db.execute("DELETE FROM files WHERE id=?", (state.id,))
 
     # --- queries -----------------------------------------------------------------------
 
@@ -666,7 +409,7 @@ class RecallIndex:
     ) -> list[tuple[int, float]]:
         """Merge keyword and semantic rankings by reciprocal rank fusion."""
         assert self._vectors is not None
-        ranges = [(_KIND_BASE[kind], _KIND_BASE[kind] + _KIND_SPAN) for kind in _SCOPE_KINDS[scope]]
+        ranges = [(KIND_BASE[kind], KIND_BASE[kind] + KIND_SPAN) for kind in _SCOPE_KINDS[scope]]
         similar = [i for i, _ in self._vectors.search(self._db, query, k=2 * k, id_ranges=ranges)]
         if similar and not include_other and session_key:
             marks = ",".join("?" * len(similar))
@@ -675,7 +418,7 @@ class RecallIndex:
                 for row in self._db.execute(
                     f"SELECT id FROM docs WHERE id IN ({marks}) AND id >= ? "
                     "AND session_key IS NOT NULL AND session_key != ?",
-                    (*similar, _KIND_BASE["history"], session_key),
+                    (*similar, KIND_BASE["history"], session_key),
                 )
             }
             similar = [i for i in similar if i not in foreign]

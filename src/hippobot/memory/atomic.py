@@ -1,0 +1,70 @@
+"""Atomic file replacement: readers see the old file or the new one, whole, never a mix.
+
+Used for every rewrite of a memory file (Markdown files, cursors, a compacted history).
+``hippobot.memory.store`` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from hippobot.errors import StorageError
+
+__all__ = ["atomic_write_bytes", "atomic_write_text"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
+
+    A temp file in the same directory is written, fsynced, renamed over ``path`` and the
+    directory fsynced. The file keeps the mode of the file it replaces (new files get the
+    usual umask-derived mode). On failure the temp file is removed, the old file is left
+    untouched and :class:`StorageError` is raised.
+    """
+    path = Path(path)
+    directory = path.parent
+    tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise StorageError(
+            f"could not write {path}: {exc}; the previous file is unchanged"
+        ) from exc
+    _fsync_dir(directory)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,386 @@
+"""The OpenAI chat-completions wire format as ``hippobot serve`` speaks it.
+
+Request parsing and validation (:func:`parse_chat_request`), the OpenAI error shape
+``{"error": {"message", "type", "param", "code"}}`` and the mapping of hippobot's exceptions
+onto it (:func:`api_error_for`), and the response framing: one JSON completion, or an SSE
+stream of ``chat.completion.chunk`` events ending in ``data: [DONE]``.
+
+Invariants: every error a client sees is an :class:`ApiError`; failures of hippobot's own
+model provider are 502 (or 429), never 401. Text already streamed is never contradicted:
+:class:`ReplyText` only appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from hippobot.agent.events import ReplyDelta, ReplyRestart, ToolStarted
+from hippobot.errors import (
+    AuthError,
+    HippobotError,
+    NoModelConfiguredError,
+    ProviderError,
+    RateLimitError,
+    UserError,
+)
+from hippobot.providers.base import Usage
+from hippobot.session.keys import validate_key
+
+if TYPE_CHECKING:
+    from hippobot.agent.agent import TurnResult
+
+__all__ = [
+    "ABANDONED",
+    "DEFAULT_SESSION",
+    "END",
+    "MODEL_ID",
+    "ApiError",
+    "ChatCall",
+    "Reply",
+    "ReplyText",
+    "api_error_for",
+    "outcome",
+    "parse_chat_request",
+    "read_json",
+    "session_key",
+    "sse_stream",
+]
+
+# The name it had before this module was split out of app.py, so log filters keep working.
+log = logging.getLogger("hippobot.server.app")
+
+MODEL_ID = "hippobot"
+"""The one model ``/v1/models`` lists; requests may name any model (it is echoed back)."""
+DEFAULT_SESSION = "default"
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An error answered to the client as OpenAI-shaped JSON with ``status``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        fields = {"message": self.message, "type": self.kind, "param": self.param}
+        return {"error": fields | {"code": self.code}}
+
+    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        merged = {**self.headers, **(headers or {})}
+        return JSONResponse(self.body(), status_code=self.status, headers=merged)
+
+
+def api_error_for(exc: BaseException) -> ApiError:
+    """The HTTP answer for an exception raised by a turn (see the module docstring)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, NoModelConfiguredError):
+        return ApiError(500, f"the server has no model: {exc}", kind="server_error")
+    if isinstance(exc, UserError):
+        return ApiError(400, str(exc))
+    if isinstance(exc, RateLimitError):
+        headers = {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return ApiError(
+            429,
+            f"the model provider behind hippobot is rate limiting it: {exc}",
+            kind="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers=headers,
+        )
+    if isinstance(exc, AuthError):
+        return ApiError(
+            502,
+            "the model provider rejected hippobot's own credentials; the server's provider "
+            f"key (providers.*.apiKey or HIPPOBOT_API_KEY) must be fixed: {exc}",
+            kind="upstream_error",
+            code="upstream_auth_failed",
+        )
+    if isinstance(exc, ProviderError):
+        return ApiError(502, f"the model provider failed: {exc}", kind="upstream_error")
+    if isinstance(exc, HippobotError):
+        return ApiError(500, str(exc), kind="server_error")
+    log.error("turn failed unexpectedly", exc_info=exc)
+    return ApiError(
+        500,
+        f"internal error in hippobot ({type(exc).__name__}); the server log has the details",
+        kind="server_error",
+    )
+
+
+ABANDONED = ApiError(
+    503,
+    "the server shut down before the reply was ready; your message was saved and the "
+    "session can be continued after a restart",
+    kind="server_error",
+    code="server_shutting_down",
+)
+
+
+# --- request parsing ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """What one chat-completions request asks for, after validation."""
+
+    key: str  # session key, "api:<id>"
+    text: str  # the newest user message: the turn
+    model: str  # echoed back in responses
+    stream: bool
+    include_usage: bool
+
+
+def session_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+    """``api:<id>`` from the ``X-Session-Id`` header, else the ``user`` field, else default."""
+    raw = headers.get("x-session-id")
+    source = "X-Session-Id header"
+    if raw is None:
+        raw, source = body.get("user"), "'user' field"
+    if raw is None:
+        raw = DEFAULT_SESSION
+    if not isinstance(raw, str) or not raw.strip():
+        raise ApiError(400, f"the {source} must be a non-empty string", param="user")
+    try:
+        return validate_key(f"api:{raw.strip()}")
+    except UserError as exc:
+        raise ApiError(400, f"the {source} cannot name a session: {exc}", param="user") from None
+
+
+def _content_text(content: object, index: int) -> str:
+    param = f"messages[{index}].content"
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(400, f"{param} must be a string or a list of text parts", param=param)
+    parts: list[str] = []
+    for n, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise ApiError(
+                400,
+                f"{param}[{n}] is a {kind or type(part).__name__!r} part; hippobot serve "
+                "accepts text parts only",
+                param=param,
+            )
+        parts.append(part["text"])
+    return "\n".join(parts)
+
+
+def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
+    """Validate a chat-completions body; raises :class:`ApiError` (400) saying what is wrong."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list of messages", param="messages")
+    users = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
+        raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
+    index = users[-1]
+    text = _content_text(messages[index].get("content"), index)
+    if not text.strip():
+        raise ApiError(400, "the newest user message is empty", param=f"messages[{index}]")
+    model = body.get("model", MODEL_ID)
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' must be a non-empty string", param="model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", param="stream")
+    if body.get("n", 1) not in (1, None):
+        raise ApiError(400, "'n' must be 1: hippobot gives one reply per turn", param="n")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    return ChatCall(
+        key=session_key(headers, body),
+        text=text,
+        model=model,
+        stream=stream,
+        include_usage=bool(options.get("include_usage")),
+    )
+
+
+async def read_json(request: Request) -> object:
+    """The request body as JSON (an empty body is ``None``); 400 if it is not JSON."""
+    body = await request.body()
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        raise ApiError(400, "the request body is not valid JSON") from None
+
+
+# --- streaming -------------------------------------------------------------------------------
+
+
+class ReplyText:
+    """What to send so the text a client accumulated ends up being the reply.
+
+    Streamed text cannot be unsent. After a :class:`ReplyRestart` (the model call was retried)
+    the repeated start of the new attempt is swallowed and only what goes beyond the text
+    already sent is streamed; if the new attempt diverges, it is streamed again after a blank
+    line. Text of separate model calls (before and after tool steps) is separated by a blank
+    line. :meth:`finish` returns whatever of the final reply the client has not seen yet.
+    """
+
+    def __init__(self) -> None:
+        self._segment = ""  # text sent for the current model call
+        self._retry: str | None = None  # text of a retried attempt, while it repeats _segment
+        self._new_call = False  # a tool step happened: the next text is a new model call
+        self._sent_any = False
+
+    def tool_step(self) -> None:
+        self._new_call = True
+
+    def restart(self) -> None:
+        if not self._new_call:  # a retry of a call that sent nothing needs no care
+            self._retry = ""
+
+    def delta(self, text: str) -> str:
+        if self._retry is not None:
+            self._retry += text
+            if self._segment.startswith(self._retry):
+                return ""
+            seen, self._segment, self._retry = self._segment, self._retry, None
+            if self._segment.startswith(seen):
+                return self._segment[len(seen) :]
+            return "\n\n" + self._segment
+        prefix = ""
+        if self._new_call:
+            self._new_call, self._segment = False, ""
+            prefix = "\n\n" if self._sent_any else ""
+        self._segment += text
+        self._sent_any = self._sent_any or bool(text)
+        return prefix + text
+
+    def finish(self, reply: str) -> str:
+        shown = "" if self._new_call else self._segment
+        if self._retry is None and reply.startswith(shown):
+            rest = reply[len(shown) :]
+            return ("\n\n" if rest and not shown and self._sent_any else "") + rest
+        return "\n\n" + reply
+
+
+END = object()  # put on a turn's event queue when the turn is over, however it ended
+
+
+def _usage(result: TurnResult) -> dict[str, Any]:
+    """Token counts of the turn's final model call (zero for commands)."""
+    usage = (result.run.usage if result.run is not None else None) or Usage()
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+@dataclass(slots=True)
+class Reply:
+    """Wire framing shared by one response's chunks."""
+
+    call: ChatCall
+    id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def completion(self, result: TurnResult) -> dict[str, Any]:
+        message = {"role": "assistant", "content": result.reply}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.call.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+            ],
+            "usage": _usage(result),
+        }
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return self._sse({"choices": [choice]})
+
+    def usage_chunk(self, result: TurnResult) -> str:
+        return self._sse({"choices": [], "usage": _usage(result)})
+
+    def _sse(self, extra: dict[str, Any]) -> str:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created}
+        return _event(body | {"model": self.call.model} | extra)
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def outcome(task: asyncio.Task[TurnResult]) -> TurnResult | ApiError:
+    """The turn's result, or the :class:`ApiError` that answers its failure."""
+    await asyncio.wait({task})  # never cancels the turn, even if this request is cancelled
+    if task.cancelled():
+        return ABANDONED
+    exc = task.exception()
+    return api_error_for(exc) if exc is not None else task.result()
+
+
+async def sse_stream(
+    call: ChatCall,
+    task: asyncio.Task[TurnResult],
+    queue: asyncio.Queue[object],
+    first: list[object],
+) -> AsyncIterator[str]:
+    """The SSE body of a streamed reply: ``first`` events, then ``queue`` until :data:`END`."""
+    reply, text = Reply(call), ReplyText()
+    yield reply.chunk({"role": "assistant", "content": ""})
+    items = list(first)
+    while True:
+        item = items.pop(0) if items else await queue.get()
+        if item is END:
+            break
+        if isinstance(item, ReplyDelta):
+            piece = text.delta(item.text)
+            if piece:
+                yield reply.chunk({"content": piece})
+        elif isinstance(item, ReplyRestart):
+            text.restart()
+        elif isinstance(item, ToolStarted):
+            text.tool_step()
+            yield f": tool step {item.name}\n\n"  # an SSE comment: clients ignore it
+    result = await outcome(task)
+    if isinstance(result, ApiError):
+        yield _event(result.body())
+        return
+    rest = text.finish(result.reply)
+    if rest:
+        yield reply.chunk({"content": rest})
+    yield reply.chunk({}, "stop")
+    if call.include_usage:
+        yield reply.usage_chunk(result)
+    yield "data: [DONE]\n\n"
