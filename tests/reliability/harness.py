@@ -11,8 +11,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import re
+import socket
+import struct
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +28,7 @@ from hippobot.memory.gitstore import GitStore
 from hippobot.memory.history import parse_line
 from hippobot.messages import content_text
 from hippobot.session.keys import relpath_to_key
+from hippobot.session.model import SYNTHETIC_TOOL_RESULT
 from hippobot.session.store import JsonlSessionStore
 from hippobot.testing.archivist import archivist, is_archive_request
 from hippobot.testing.scripted import (
@@ -39,6 +44,7 @@ from .child_driver import FACT_END, MEMORY_SEED, TOOLS_FLAG
 
 __all__ = [
     "Findings",
+    "ResettingProxy",
     "WorkspaceModel",
     "check_workspace",
     "read_journal",
@@ -73,6 +79,7 @@ def request_violations(messages: Sequence[dict[str, Any]]) -> list[str]:
     in_group = False
     for i, msg in enumerate(messages):
         role = msg.get("role")
+        problems += [f"message {i}: {p}" for p in _shape_problems(msg)]
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not in_group or call_id not in pending:
@@ -92,6 +99,29 @@ def request_violations(messages: Sequence[dict[str, Any]]) -> list[str]:
     unanswered = [c for c, done in pending.items() if not done]
     if unanswered:
         problems.append(f"end: tool calls {unanswered} were never answered")
+    return problems
+
+
+def _shape_problems(msg: dict[str, Any]) -> list[str]:
+    """What a chat-completions endpoint would reject in one message's fields."""
+    role, content = msg.get("role"), msg.get("content")
+    if role not in ("system", "user", "assistant", "tool"):
+        return [f"unknown role {role!r}"]
+    blocks_ok = isinstance(content, list) and all(
+        isinstance(b, dict) and isinstance(b.get("type"), str) for b in content
+    )
+    if role == "assistant":
+        ok = content is None or isinstance(content, str) or blocks_ok
+        if content is None and not msg.get("tool_calls"):
+            ok = False
+    else:
+        ok = isinstance(content, str) or (blocks_ok and role == "user")
+    problems = [] if ok else [f"{role} content of type {type(content).__name__}"]
+    for call in msg.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments"), str) and isinstance(call.get("id"), str)):
+            problems.append(f"malformed tool call {str(call)[:60]}")
     return problems
 
 
@@ -117,6 +147,7 @@ class WorkspaceModel(ScriptedModel):
         super().__init__()
         self.violations: list[str] = []
         self.kinds: Counter[str] = Counter()
+        self.synthetic = 0  # requests replaying a tool call without its real result
         self._count_lock = threading.Lock()
 
     def take(self, request: RecordedRequest) -> Plan:
@@ -124,11 +155,21 @@ class WorkspaceModel(ScriptedModel):
             return super().take(request)
         kind, reply = self.answer(request)
         problems = request_violations(request.messages)
+        stand_in = any(
+            m.get("role") == "tool" and m.get("content") == SYNTHETIC_TOOL_RESULT
+            for m in request.messages
+        )
         with self._count_lock:
             self.kinds[kind] += 1
+            self.synthetic += stand_in
             if problems:
                 self.violations.append(f"{kind} request: {'; '.join(problems)}")
         return Plan(reply, reply, estimate_usage(request, reply))
+
+    def forget_queue(self) -> None:
+        """Drop the queued steps nobody consumed."""
+        with self._lock:
+            self._queue.clear()
 
     def answer(self, request: RecordedRequest) -> tuple[str, _Reply]:
         messages = request.messages
@@ -276,7 +317,7 @@ def _check_history(workspace: Path, sessions: dict[str, list], found: Findings) 
     found.history_entries = len(cursors)
     for key, spans in ranges.items():
         spans.sort()
-        for (a0, a1, ca), (b0, b1, cb) in zip(spans, spans[1:], strict=False):
+        for (a0, a1, ca), (b0, b1, cb) in itertools.pairwise(spans):
             if b0 < a1:
                 found.add(f"{key}: history #{ca} ({a0}-{a1}) and #{cb} ({b0}-{b1}) overlap")
         if key in sessions and spans[-1][1] > len(sessions[key]):
@@ -345,12 +386,10 @@ def _check_journal(journal: list[dict[str, Any]], sessions: dict[str, list], fou
             if index is None:
                 found.add(f"completed turn {record['marker']} is missing from {record['key']}")
                 continue
-            replies = []
-            for m in messages[index + 1 :]:
-                if m.get("role") == "user":
-                    break
-                if m.get("role") == "assistant" and not m.get("tool_calls"):
-                    replies.append(m.get("content"))
+            replies = [
+                m.get("content") for m in messages[index + 1 :]
+                if m.get("role") == "assistant" and not m.get("tool_calls")
+            ]
             if record["reply"] not in replies:
                 found.add(f"completed turn {record['marker']}: reply {record['reply']!r} missing")
         elif record["op"] == "dream" and record.get("cursor", 0) > dream:
@@ -371,3 +410,75 @@ def check_workspace(workspace: Path, journal: list[dict[str, Any]] = (), *,  # t
     _check_git(workspace, found, settled)
     _check_journal(list(journal), sessions, found, found.dream_cursor)
     return found
+
+
+# --- network faults ---------------------------------------------------------------------------
+
+
+class ResettingProxy:
+    """A TCP proxy on 127.0.0.1 whose first ``resets`` connections are reset (RST) once the
+    client has sent its request; later connections are forwarded to ``target_port``.
+
+    Used as a context manager; every thread it starts ends when the proxy stops.
+    """
+
+    def __init__(self, target_port: int, resets: int) -> None:
+        self.target_port = target_port
+        self.resets = resets
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._threads: list[threading.Thread] = []
+        self._open: list[socket.socket] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+
+    def __enter__(self) -> ResettingProxy:
+        self._spawn(self._accept)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        self._listener.close()
+        for sock in list(self._open):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # the listener was closed
+            self._open.append(conn)
+            number, self.connections = self.connections, self.connections + 1
+            if number < self.resets:
+                conn.recv(65536)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self._open.append(upstream)
+            self._spawn(self._pump, conn, upstream)
+            self._spawn(self._pump, upstream, conn)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -32,7 +33,7 @@ from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_pr
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
-from hippobot.errors import StorageError, UserError
+from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.memory.redact import redact_exact, redact_secrets
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message
@@ -55,6 +56,17 @@ __all__ = ["Agent", "TurnResult", "split_key"]
 log = logging.getLogger(__name__)
 
 TURN_LOCK_TIMEOUT_S = 600.0
+
+
+def _map_strings(value: Any, clean: Any) -> Any:
+    """``value`` (parsed JSON) with ``clean`` applied to every string in it."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [_map_strings(v, clean) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_strings(v, clean) for k, v in value.items()}
+    return value
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -246,6 +258,28 @@ class Agent:
     def redact(self, text: str) -> str:
         return redact_secrets(redact_exact(text, self._secrets))
 
+    def _redact_call(self, call: dict[str, Any]) -> dict[str, Any]:
+        """A stored copy of a tool call without secrets in its arguments.
+
+        The tool itself runs with what the model sent; only the record (and so every later
+        replay) is cleaned. JSON arguments are cleaned value by value so they stay JSON, and
+        are left byte for byte alone when nothing needed removing.
+        """
+        function = call.get("function")
+        args = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(args, str):
+            return call
+        try:
+            value = json.loads(args)
+        except ValueError:
+            clean = self.redact(args)
+        else:
+            cleaned = _map_strings(value, self.redact)
+            clean = args if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
+        if clean == args:
+            return call
+        return {**call, "function": {**function, "arguments": clean}}
+
     # --- the turn ----------------------------------------------------------------------
 
     async def turn(
@@ -288,10 +322,16 @@ class Agent:
             async def persist(msg: Message) -> Message:
                 if isinstance(msg.get("content"), str):
                     msg["content"] = self.redact(msg["content"])  # type: ignore[typeddict-item]
+                if msg.get("tool_calls"):
+                    msg["tool_calls"] = [self._redact_call(c) for c in msg["tool_calls"]]
                 (stored,) = await self.sessions.append(session, msg)
                 return stored
 
-            result = await runner.run(messages, persist, on_event)
+            try:
+                result = await runner.run(messages, persist, on_event)
+            except ProviderError as exc:  # an endpoint may echo the key it rejected
+                exc.args = (self.redact(str(exc)), *exc.args[1:])
+                raise
             if result.usage is not None:
                 session.usage = {
                     "prompt_tokens": result.usage.prompt_tokens,
@@ -326,11 +366,7 @@ class Agent:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     lock.acquire(timeout=0)
                     break
-                except OSError as exc:
-                    raise StorageError(
-                        f"cannot lock {path}: {exc.strerror or exc}; nothing was written"
-                    ) from exc
-                except filelock.Timeout:
+                except filelock.Timeout:  # before OSError: it is a TimeoutError
                     if time.monotonic() > deadline:
                         raise StorageError(
                             f"another hippobot process has been answering in session {key} "
@@ -340,6 +376,10 @@ class Agent:
                         on_event(Notice("waiting for another hippobot process to finish here…"))
                         told = True
                     await asyncio.sleep(0.05)
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot lock {path}: {exc.strerror or exc}; nothing was written"
+                    ) from exc
             try:
                 yield
             finally:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from hippobot.context import tokens
-from hippobot.errors import ProviderError
+from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,
     SUMMARY_MAX_CHARS,
@@ -249,7 +249,8 @@ class Consolidator:
             parsed = await self._summarise(session, start, end)
             failure = None if parsed.ok else "the model's answer followed no known format"
         except ProviderError as exc:
-            parsed, failure = ParsedSummary(()), str(exc)
+            # an endpoint may echo the key it rejected; the reason goes into the archive
+            parsed, failure = ParsedSummary(()), self.agent.redact(str(exc))
         source = HistorySource(session=key, start=start, end=end)
         memory = self.agent.memory
         if failure is not None:
@@ -360,23 +361,31 @@ class Consolidator:
         from hashlib import sha1
 
         locks = Path(self.agent.workspace) / ".hippobot" / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
         name = "consolidate-" + sha1(key.encode("utf-8")).hexdigest()[:16] + ".lock"
-        return _TryLock(filelock.FileLock(str(locks / name)), timeout)
+        return _TryLock(locks / name, timeout)
 
 
 class _TryLock:
-    """``with`` a file lock that yields whether it was acquired instead of raising."""
+    """``with`` a file lock that yields whether it was acquired instead of raising.
 
-    def __init__(self, lock: filelock.FileLock, timeout: float) -> None:
-        self.lock, self.timeout, self.held = lock, timeout, False
+    A lock file that cannot be created (full or read-only disk) is a StorageError.
+    """
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path, self.timeout, self.held = path, timeout, False
+        self.lock = filelock.FileLock(str(path))
 
     def __enter__(self) -> bool:
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.lock.acquire(timeout=self.timeout)
             self.held = True
         except filelock.Timeout:
             self.held = False
+        except OSError as exc:
+            raise StorageError(
+                f"cannot lock {self.path}: {exc.strerror or exc}; nothing was archived"
+            ) from exc
         return self.held
 
     def __exit__(self, *exc: object) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 import filelock
 
 from hippobot.agent.runner import Runner
-from hippobot.errors import ProviderError
+from hippobot.errors import ProviderError, StorageError
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
@@ -150,11 +150,16 @@ class Dream:
 
     async def run(self, *, dry_run: bool = False) -> DreamResult:
         started = time.monotonic()
-        (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
         try:
+            (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=0)
         except filelock.Timeout:
             return DreamResult("busy")
+        except OSError as exc:  # a full or read-only disk: say so in one line
+            raise StorageError(
+                f"Dream cannot take its lock {self._lock.lock_file}: {exc.strerror or exc}; "
+                "nothing was changed"
+            ) from exc
         try:
             result = await self._run(dry_run)
         finally:
@@ -172,7 +177,7 @@ class Dream:
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
         if not dry_run:
-            self._stage()
+            self._stage_or_fail()
         last_done: int | None = None
         batch_size = self.config.batch_size
         try:
@@ -189,8 +194,9 @@ class Dream:
             log.warning("Dream stopped: %s; the rest stays pending", exc)
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
-            log.warning("Dream failed: %s; the entries stay pending", exc)
-            result.status, result.error = "failed", str(exc)
+            reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
+            log.warning("Dream failed: %s; the entries stay pending", reason)
+            result.status, result.error = "failed", reason
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
             return result
@@ -279,6 +285,18 @@ class Dream:
             )
 
     # --- staging and the commit point ---------------------------------------------------
+
+    def _stage_or_fail(self) -> None:
+        """:meth:`_stage`, with a full or read-only disk reported as one clear line."""
+        try:
+            self._stage()
+        except OSError as exc:
+            shutil.rmtree(self.staged, ignore_errors=True)
+            why = exc.args[0][0][2] if isinstance(exc, shutil.Error) and exc.args[0] else exc
+            raise StorageError(
+                f"Dream could not prepare its working copies under {self.state} ({why}); "
+                "nothing was changed and the entries stay pending"
+            ) from exc
 
     def _stage(self) -> None:
         shutil.rmtree(self.staged, ignore_errors=True)

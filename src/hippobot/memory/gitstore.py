@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -27,12 +28,12 @@ import tempfile
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import AnyStr, Literal
+from typing import AnyStr, Literal, TypeVar
 
 from dulwich.errors import (
     ChecksumMismatch,
@@ -41,6 +42,7 @@ from dulwich.errors import (
     ObjectMissing,
     WrongObjectException,
 )
+from dulwich.file import FileLocked
 from dulwich.index import commit_tree
 from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit
@@ -97,6 +99,8 @@ _CORRUPT_ERRORS = (
 )
 
 Snapshot = dict[str, bytes]
+T = TypeVar("T")
+_STALE_LOCK_RETRIES = 8
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 _LINE_B = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 
@@ -454,6 +458,25 @@ def _merge_ignore(existing: str, ours: list[str]) -> str:
     return "\n".join([*before, *ours, *after]) + "\n"
 
 
+def _past_stale_locks(action: Callable[[], T]) -> T:
+    """Run a dulwich write; remove a lock file a killed writer left behind, and retry.
+
+    dulwich writes every object, ref and the index through ``<name>.lock`` and a rename,
+    so a process killed in between leaves the lock, and every later write to that name
+    fails. Call this only while holding ``git.lock``: no other hippobot process writes the
+    repository then, so a lock found at that moment belongs to a writer that died.
+    """
+    for _ in range(_STALE_LOCK_RETRIES):
+        try:
+            return action()
+        except FileLocked as err:
+            stale = os.fsdecode(err.lockfilename)
+            log.warning("removing %s, left by an interrupted memory commit", stale)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+    return action()
+
+
 class GitStore:
     """Versions of the memory files in ``<workspace>/.git`` (see module docstring)."""
 
@@ -607,9 +630,9 @@ class GitStore:
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
-            repo.object_store.add_object(blob)
+            _past_stale_locks(lambda b=blob: repo.object_store.add_object(b))
             blobs.append((path.encode("utf-8", "surrogateescape"), blob.id, _FILE_MODE))
-        tree = commit_tree(repo.object_store, blobs)
+        tree = _past_stale_locks(lambda: commit_tree(repo.object_store, blobs))
         if head is not None and repo[head].tree == tree:
             return None
         now, offset = int(time.time()), _local_offset()
@@ -620,13 +643,19 @@ class GitStore:
         commit.author_time = commit.commit_time = now
         commit.author_timezone = commit.commit_timezone = offset
         commit.message = message.rstrip("\n").encode("utf-8") + b"\n"
-        repo.object_store.add_object(commit)
+        _past_stale_locks(lambda: repo.object_store.add_object(commit))
         subject = b"commit: " + commit.message.splitlines()[0]
         kwargs = {"committer": commit.committer, "timestamp": now, "timezone": offset}
         if head is None:
-            ok = repo.refs.add_if_new(b"HEAD", commit.id, message=subject, **kwargs)
+            ok = _past_stale_locks(
+                lambda: repo.refs.add_if_new(b"HEAD", commit.id, message=subject, **kwargs)
+            )
         else:
-            ok = repo.refs.set_if_equals(b"HEAD", head, commit.id, message=subject, **kwargs)
+            ok = _past_stale_locks(
+                lambda: repo.refs.set_if_equals(
+                    b"HEAD", head, commit.id, message=subject, **kwargs
+                )
+            )
         if not ok:
             raise StorageError("memory history moved while committing; nothing was committed")
         self._stage(repo)
@@ -637,7 +666,7 @@ class GitStore:
         # our commits never read the index, so a failure here only affects that view.
         try:
             worktree = repo.get_worktree() if hasattr(repo, "get_worktree") else repo
-            worktree.stage(list(self.store_paths))
+            _past_stale_locks(lambda: worktree.stage(list(self.store_paths)))
         except Exception as err:  # best effort by design, see above
             log.warning("could not update the git index in %s: %s", self.workspace, err)
 

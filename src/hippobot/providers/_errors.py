@@ -26,6 +26,7 @@ from hippobot.errors import (
     ServerError,
     StreamInterruptedError,
 )
+from hippobot.memory.redact import redact_secrets
 
 __all__ = [
     "Endpoint",
@@ -69,7 +70,8 @@ class Endpoint:
         self.kind = kind  # "openai" | "anthropic": which API shape to name in hints
 
     def make(self, cls: type[ProviderError], message: str, **fields: Any) -> ProviderError:
-        return cls(message, provider=self.name, **fields)
+        # Error bodies may echo the rejected key; messages end up on screens and in logs.
+        return cls(redact_secrets(message), provider=self.name, **fields)
 
 
 def _one_line(text: str) -> str:

@@ -25,6 +25,7 @@ Case-insensitive file systems can still fold keys that differ only in letter cas
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import PurePath, PurePosixPath
 
@@ -123,6 +124,7 @@ def _decode_part(text: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function, called several times per store call
 def key_to_relpath(key: str) -> PurePosixPath:
     """The session file of ``key``, relative to the workspace (``sessions/…/….jsonl``)."""
     channel, colon, chat = key.partition(":")
