@@ -179,12 +179,6 @@ async def test_a_read_only_workspace_refuses_writes_clearly_then_recovers(small_
     await _recovers(talk)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JsonlSessionStore.load/refresh (session/store.py, _locked) open the session's lock "
-    "file for writing, so on a read-only workspace even reading a session fails with "
-    "StorageError 'cannot lock ...: Read-only file system'",
-)
 async def test_a_read_only_workspace_can_still_be_read(small_disk, workspace_model):
     _model, server = workspace_model
     talk = Conversation(_agent(small_disk / "home", server.base_url))

@@ -110,11 +110,6 @@ async def test_memory_cannot_carry_a_runtime_block(make_agent, scripted_model):
     assert [m.group(0) for m in _ENVELOPE.finditer(system)] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="context/builder.py _memory fences MEMORY.md with structure=False, so a model-written "
-    "'---' line followed by a '# ' heading in MEMORY.md reads as a new top-level system section",
-)
 async def test_memory_cannot_open_a_top_level_section(make_agent, scripted_model):
     agent = make_agent()
     (agent.workspace / "memory" / "MEMORY.md").write_text(

@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,8 +18,6 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import filelock
 
 from hippobot.agent.background import BackgroundJobs
 from hippobot.agent.budget import Budget
@@ -34,6 +31,7 @@ from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
 from hippobot.errors import ProviderError, StorageError, UserError
+from hippobot.locks import LockTimeout, acquire_async
 from hippobot.memory.redact import redact_exact, redact_secrets
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message
@@ -358,32 +356,26 @@ class Agent:
         async with self.sessions.lock(key):
             digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
             path = self.workspace / ".hippobot" / "locks" / f"turn-{digest}.lock"
-            lock = filelock.FileLock(str(path), thread_local=False)
-            deadline = time.monotonic() + TURN_LOCK_TIMEOUT_S
-            told = False
-            while True:
+            try:
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    lock.acquire(timeout=0)
-                    break
-                except filelock.Timeout:  # before OSError: it is a TimeoutError
-                    if time.monotonic() > deadline:
-                        raise StorageError(
-                            f"another hippobot process has been answering in session {key} "
-                            f"for over {TURN_LOCK_TIMEOUT_S:.0f}s; try again when it is done"
-                        ) from None
-                    if on_event is not None and not told:
+                    held = await acquire_async(path, timeout=0)  # usually free at once
+                except LockTimeout:
+                    if on_event is not None:
                         on_event(Notice("waiting for another hippobot process to finish here…"))
-                        told = True
-                    await asyncio.sleep(0.05)
-                except OSError as exc:
-                    raise StorageError(
-                        f"cannot lock {path}: {exc.strerror or exc}; nothing was written"
-                    ) from exc
+                    held = await acquire_async(path, timeout=TURN_LOCK_TIMEOUT_S)
+            except LockTimeout:
+                raise StorageError(
+                    f"another hippobot process has been answering in session {key} "
+                    f"for over {TURN_LOCK_TIMEOUT_S:.0f}s; try again when it is done"
+                ) from None
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot lock {path}: {exc.strerror or exc}; nothing was written"
+                ) from exc
             try:
                 yield
             finally:
-                lock.release()
+                held.release()
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""

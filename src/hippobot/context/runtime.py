@@ -110,6 +110,8 @@ _ENVELOPE = re.compile(
 )
 _SEPARATOR = re.compile(r"^\s*-{3,}\s*$")
 _HEADING = re.compile(r"^\s*#{1,2}(?:\s|$)")
+# Headings that look like the prompt's own sections: a top-level heading, or a bootstrap file.
+_SECTION_LOOKALIKE = re.compile(r"^\s*(?:#(?:\s|$)|##\s+(?:AGENTS|SOUL|USER)\.md\b)")
 
 
 def fence_untrusted(text: str, *, structure: bool = True) -> str:
@@ -119,14 +121,20 @@ def fence_untrusted(text: str, *, structure: bool = True) -> str:
     Context ...``, ``\\---``, ``\\# Memory``. In Markdown a backslash escape means "this
     character is literal", so the text stays readable and the line no longer opens a block,
     a separator or a heading. Envelope lines (``[Runtime Context``, ``[/Runtime Context]``,
-    ``[Archived Context Summary]``, ``[Active Skills``) are always fenced; with
-    ``structure=True`` (the default) ``---`` separators and ``#``/``##`` headings are too.
+    ``[Archived Context Summary]``, ``[Active Skills``), ``---`` separators, top-level ``#``
+    headings and ``## SOUL.md``-style headings are always fenced; with ``structure=True`` (the
+    default) every ``#``/``##`` heading is too.
     The function is idempotent.
     """
     out = []
     for line in text.split("\n"):
-        if _ENVELOPE.match(line) or (
-            structure and (_SEPARATOR.match(line) or _HEADING.match(line))
+        # A "---" line always is fenced: sections are joined by it, so an unfenced one in
+        # model-written text would start a section of its own.
+        if (
+            _ENVELOPE.match(line)
+            or _SEPARATOR.match(line)
+            or _SECTION_LOOKALIKE.match(line)
+            or (structure and _HEADING.match(line))
         ):
             stripped = line.lstrip()
             line = line[: len(line) - len(stripped)] + "\\" + stripped

@@ -254,6 +254,8 @@ class MemoryStore:
     # --- appending --------------------------------------------------------------------------
 
     def _prepare(self, content: str, max_chars: int) -> str:
+        # A lone surrogate (a model's JSON may carry half an emoji) cannot be stored as UTF-8.
+        content = content.encode("utf-8", "replace").decode("utf-8")
         text = strip_think(content).rstrip()
         original = len(text)
         # Bound the redaction work on huge input; the margin keeps a secret that straddles

@@ -75,9 +75,10 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         # Queries touch a few hundred scattered rows: map the file instead of copying
-        # pages through the read() path, and keep hot pages cached.
-        conn.execute("PRAGMA mmap_size=268435456")
-        conn.execute("PRAGMA cache_size=-32000")
+        # pages through the read() path, and keep hot pages cached. Both are bounded so a
+        # long-running agent's memory stays small (mapped pages count towards its RSS).
+        conn.execute("PRAGMA mmap_size=67108864")
+        conn.execute("PRAGMA cache_size=-8000")
         # A checkpoint ends in an fsync; with the default (every 4 MB of WAL) one turn in
         # ~50 paid for it. Every 32 MB keeps the per-turn tail latency flat.
         conn.execute("PRAGMA wal_autocheckpoint=8000")

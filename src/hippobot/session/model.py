@@ -37,12 +37,19 @@ def now_iso() -> str:
 
 def is_message(value: object) -> bool:
     """True for a dict that can be stored and replayed as a chat message."""
-    return (
+    if not (
         isinstance(value, dict)
         and "_type" not in value
         and isinstance(value.get("role"), str)
         and value["role"] in MESSAGE_ROLES
-    )
+    ):
+        return False
+    # A content no endpoint accepts would be replayed in every later request and wedge the
+    # session, so such a line is treated as corrupt (quarantined) rather than as a message.
+    content = value.get("content")
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(isinstance(b, dict) for b in content)
 
 
 def normalise_offset(value: object, message_count: int) -> int:

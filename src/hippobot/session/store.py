@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import builtins
 import copy
+import errno
 import logging
 import os
 import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from filelock import FileLock
-from filelock import Timeout as LockTimeout
-
 from hippobot.errors import StorageError
+from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
@@ -216,25 +215,31 @@ class JsonlSessionStore:
         return path.with_name(path.name + ".corrupt")
 
     @contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
+    def _locked(self, key: str, *, reading: bool = False) -> Iterator[None]:
+        """Hold the session's cross-process lock.
+
+        A reader on a workspace it cannot write (read-only disk or permissions) reads without
+        the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
+        so such a read is still consistent.
+        """
         relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
         lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
-        with _storage_errors(lock_path, "lock"):
-            lock = FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)
-            try:
-                try:
-                    lock.acquire()
-                except FileNotFoundError:  # .hippobot/ is derived state and may be deleted
-                    lock_path.parent.mkdir(parents=True, exist_ok=True)
-                    lock.acquire()
-            except LockTimeout:
-                raise StorageError(
-                    f"timed out waiting for {lock_path}: another hippobot process holds it"
-                ) from None
+        stack = ExitStack()
         try:
+            stack.enter_context(locked(lock_path, timeout=LOCK_TIMEOUT_S))
+        except LockTimeout:
+            raise StorageError(
+                f"timed out waiting for {lock_path}: another hippobot process holds it"
+            ) from None
+        except OSError as exc:
+            if reading and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                yield
+                return
+            raise StorageError(
+                f"cannot lock {lock_path}: {exc.strerror or exc}; the file was left unchanged"
+            ) from exc
+        with stack:
             yield
-        finally:
-            lock.release()
 
     def _get_tracked(self, session: Session) -> _Tracked | None:
         with self._guard:
@@ -253,7 +258,7 @@ class JsonlSessionStore:
             migrated = self._migrate(key, legacy) if legacy else None
             if migrated is not None or not path.exists():
                 return migrated
-        with self._locked(key), _storage_errors(path, "read"):
+        with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
                 handle = path.open("rb")
             except FileNotFoundError:
@@ -281,7 +286,7 @@ class JsonlSessionStore:
 
     def refresh(self, session: Session) -> int:
         path = self.path_for(session.key)
-        with self._locked(session.key), _storage_errors(path, "read"):
+        with self._locked(session.key, reading=True), _storage_errors(path, "read"):
             return self._sync(session, pending=0, adopt_meta=True, full_ok=True)
 
     def _sync(self, session: Session, *, pending: int, adopt_meta: bool, full_ok: bool) -> int:
