@@ -146,7 +146,11 @@ class Consolidator:
                 for _ in range(_MAX_ROUNDS):
                     if estimate <= budget.target:
                         break
-                    end = self._pick_boundary(session, estimate - budget.target)
+                    # Leave room for the summary this round adds to Recent History, or the
+                    # estimate lands just over the target and a second round (a second full
+                    # request outside the prompt cache) follows.
+                    room = min(2000, budget.target // 10)
+                    end = self._pick_boundary(session, estimate - budget.target + room)
                     if end is None:
                         log.info("session %s: no legal boundary to consolidate at", session.key)
                         break
