@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from hippobot.providers.base import ChatRequest, Provider, StreamEvent
 from hippobot.testing.archivist import archivist, is_archive_request
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
 
-__all__ = ["RequestRecord", "TimedProvider", "classify", "common_prefix", "make_model"]
+__all__ = ["ReplyState", "RequestRecord", "TimedProvider", "classify", "common_prefix", "make_model"]
 
 _DREAM_ANALYSIS = "## Task: analysis"
 _DREAM_EDIT = "## Task: apply the findings"
@@ -78,19 +79,22 @@ class RequestRecord:
     turn: int
     prompt_tokens: int
     completion_tokens: int
+    messages: int
     chars: int
     reuse: float | None  # None for the first request of a run
+    extends_previous: bool  # the previous request is a prefix of this one (cache-perfect)
+    reuse_recent: float | None  # best prefix share against any of the last 8 requests
     model_s: float
 
 
 @dataclass
-class _Reply:
-    """The answer of the fallback, chosen per request by the wrapper."""
+class ReplyState:
+    """Which turn the model is answering (set by the runner before each turn)."""
 
     turn: int = 0
 
 
-def make_model(workload: Workload, state: _Reply) -> ScriptedModel:
+def make_model(workload: Workload, state: ReplyState) -> ScriptedModel:
     """A scripted model whose fallback answers every kind of request hippobot sends."""
     model = ScriptedModel()
 
@@ -117,12 +121,13 @@ class TimedProvider:
     model: ScriptedModel
     workload: Workload
     workspace: Path
-    state: _Reply = field(default_factory=_Reply)
+    state: ReplyState = field(default_factory=ReplyState)
     name: str = "bench"
     records: list[RequestRecord] = field(default_factory=list)
     excluded_s: float = 0.0  # model time + harness time since the last reset
+    excluded_cpu_s: float = 0.0  # the same in process CPU time
     model_s: float = 0.0
-    _previous: str | None = None
+    _recent: deque[str] = field(default_factory=lambda: deque(maxlen=8))
 
     @property
     def turn(self) -> int:
@@ -134,46 +139,61 @@ class TimedProvider:
 
     def reset_clock(self) -> None:
         self.excluded_s = 0.0
+        self.excluded_cpu_s = 0.0
         self.model_s = 0.0
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         kind = classify(request.messages)
-        reuse, chars = self._reuse(request)
+        reuse, extends, recent, chars = self._reuse(request)
         prompt = tokens.count_messages(request.messages) + tokens.count_tools(request.tools)
         completion = self._script(kind, request)
         self.model.usage(prompt_tokens=prompt, completion_tokens=completion)
         harness = time.perf_counter() - started
-        inside = 0.0
+        harness_cpu = time.process_time() - started_cpu
+        inside = inside_cpu = 0.0
         events = self.inner.stream(request).__aiter__()
         try:
             while True:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 try:
                     ev = await events.__anext__()
                 except StopAsyncIteration:
-                    inside += time.perf_counter() - t
                     break
-                inside += time.perf_counter() - t
+                finally:
+                    inside += time.perf_counter() - t
+                    inside_cpu += time.process_time() - c
                 yield ev
         finally:
             self.model.requests.clear()  # the record would keep every prompt alive
             self.records.append(
-                RequestRecord(kind, self.turn, prompt, completion, chars, reuse, inside)
+                RequestRecord(kind, self.turn, prompt, completion, len(request.messages), chars,
+                              reuse, extends, recent, inside)
             )
             self.model_s += inside
             self.excluded_s += inside + harness
+            self.excluded_cpu_s += inside_cpu + harness_cpu
 
-    def _reuse(self, request: ChatRequest) -> tuple[float | None, int]:
+    def _reuse(self, request: ChatRequest) -> tuple[float | None, bool, float | None, int]:
+        """Prefix share with the previous request; and with the best of the last few, since
+        a provider's cache keeps several prefixes (a Dream run in between does not evict
+        the conversation's)."""
         text = json.dumps([request.tools, request.messages], ensure_ascii=False,
                           separators=(",", ":"))
-        previous, self._previous = self._previous, text
-        if previous is None or not text:
-            return None, len(text)
-        return common_prefix(previous, text) / len(text), len(text)
+        recent = list(self._recent)
+        self._recent.append(text)
+        if not recent or not text:
+            return None, False, None, len(text)
+        previous = recent[-1]
+        common = common_prefix(previous, text)
+        best = common
+        if common < 0.9 * len(text):  # only a drop needs the wider search
+            best = max(common_prefix(p, text) for p in recent)
+        # Everything but the closing "]]" of the previous request reappears unchanged.
+        return common / len(text), common >= len(previous) - 2, best / len(text), len(text)
 
     def _script(self, kind: str, request: ChatRequest) -> int:
         """Queue tool calls the fallback cannot express; returns the completion tokens."""

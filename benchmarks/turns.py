@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -34,7 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_model import TimedProvider, _Reply, make_model
+from benchmarks.bench_model import ReplyState, TimedProvider, make_model
 from benchmarks.workload import KEY, Workload, bench_env
 from hippobot.agent.agent import Agent
 from hippobot.config import load_settings
@@ -55,9 +56,14 @@ def _wchar() -> int | None:
 
 
 def _tree_bytes(root: Path) -> int:
+    """Sum of file sizes under ``root``. SQLite's ``-shm`` files are left out: they are
+    written through ``mmap``, which ``wchar`` does not see, so counting their size as growth
+    would make amplification look better than it is."""
     total = 0
     for folder, _dirs, files in os.walk(root):
         for name in files:
+            if name.endswith("-shm"):
+                continue
             try:
                 total += os.lstat(os.path.join(folder, name)).st_size
             except OSError:
@@ -65,8 +71,38 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
+def peak_rss_mb(pid: int | str = "self", field: bytes = b"VmHWM:") -> float | None:
+    """``VmHWM`` of a live process: its own peak RSS (``VmRSS``: its current one).
+    ``ru_maxrss`` is not used: Linux carries the parent's peak over ``fork``/``exec`` into
+    it, so a child spawned by a big parent would report the parent's size."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak = peak_rss_mb()
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _GcMeter:
+    """Time spent in the cyclic garbage collector (it grows with the objects a process holds)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
 
 
 class _StoreMeter:
@@ -83,8 +119,10 @@ class _StoreMeter:
         session_store._write_all = counting
 
 
-async def _provider(args: argparse.Namespace, workload: Workload, workspace: Path, stack: list) -> TimedProvider:
-    state = _Reply()
+def _provider(args: argparse.Namespace, workload: Workload, workspace: Path,
+              servers: list[Any]) -> TimedProvider:
+    """The timed scripted model, in-process or (``--http``) behind the real OpenAI adapter."""
+    state = ReplyState()
     model = make_model(workload, state)
     if args.http:
         from hippobot.providers.factory import make_provider
@@ -92,7 +130,7 @@ async def _provider(args: argparse.Namespace, workload: Workload, workspace: Pat
         from hippobot.testing.server import ScriptedServer
 
         server = ScriptedServer(model).start()
-        stack.append(server)
+        servers.append(server)
         inner = make_provider("openai", api_key="sk-bench-0000000000000000",
                               api_base=server.base_url, retry=RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=0.0))
     else:
@@ -108,21 +146,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     workspace = settings.workspace
     workload = Workload(tool_every=args.tool_every)
     rss_start = _rss_mb()
-    stack: list = []
-    provider = await _provider(args, workload, workspace, stack)
+    servers: list[Any] = []
+    provider = _provider(args, workload, workspace, servers)
     agent = Agent(settings, provider=provider)
     meter = _StoreMeter()
+    gc_meter = _GcMeter()
     session_path = agent.sessions.store.path_for(KEY)
     turns: list[dict[str, Any]] = []
     dreams: list[dict[str, Any]] = []
+    rss_first = None
     try:
         for i in range(args.start, args.start + args.turns):
-            turns.append(await _one_turn(agent, provider, meter, workload, i, session_path))
+            turns.append(await _one_turn(agent, provider, (meter, gc_meter), workload, i, session_path))
+            rss_first = rss_first or peak_rss_mb(field=b"VmRSS:")
             if args.dream_every and (i + 1) % args.dream_every == 0:
                 dreams.append(await _dream(agent, provider, i))
         await agent.aclose()
     finally:
-        for server in stack:
+        for server in servers:
             server.stop()
     return {
         "start": args.start,
@@ -131,24 +172,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "requests": [asdict(r) for r in provider.records],
         "rss_start_mb": round(rss_start, 1),
         "rss_peak_mb": round(_rss_mb(), 1),
+        "rss_after_first_turn_mb": rss_first,
+        "rss_end_mb": peak_rss_mb(field=b"VmRSS:"),
         "session_messages": len(agent.sessions.get(KEY).messages),
         "session_bytes": session_path.stat().st_size,
         "http": bool(args.http),
     }
 
 
-async def _one_turn(agent: Agent, provider: TimedProvider, meter: _StoreMeter, workload: Workload,
-                    i: int, session_path: Path) -> dict[str, Any]:
+async def _one_turn(agent: Agent, provider: TimedProvider, meters: tuple[_StoreMeter, _GcMeter],
+                    workload: Workload, i: int, session_path: Path) -> dict[str, Any]:
+    meter, gc_meter = meters
     workspace = agent.workspace
     size0, sess0 = _tree_bytes(workspace), _size(session_path)
     store0, w0 = meter.bytes, _wchar()
     requests0 = len(provider.records)
+    gc0 = gc_meter.seconds
     provider.turn = i
     provider.reset_clock()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     await agent.turn(KEY, workload.user_text(i))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     excluded, model_s = provider.excluded_s, provider.model_s
+    cpu_overhead = cpu - provider.excluded_cpu_s
+    gc_ms = (gc_meter.seconds - gc0) * 1000
     w1 = _wchar()
     provider.reset_clock()
     t1 = time.perf_counter()
@@ -162,6 +209,9 @@ async def _one_turn(agent: Agent, provider: TimedProvider, meter: _StoreMeter, w
         "wall_ms": wall * 1000,
         "model_ms": model_s * 1000,
         "overhead_ms": (wall - excluded) * 1000,
+        "cpu_overhead_ms": cpu_overhead * 1000,
+        "gc_ms": gc_ms,
+        "replayed": next((r.messages for r in provider.records[requests0:] if r.kind == "turn"), 0),
         "tool": workload.uses_tool(i),
         "background_ms": background * 1000,
         "background_overhead_ms": background_overhead * 1000,

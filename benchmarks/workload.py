@@ -37,8 +37,8 @@ __all__ = [
     "Pregenerated",
     "Workload",
     "bench_env",
-    "make_settings",
     "fixed_tokens",
+    "make_settings",
     "pregenerate",
     "prepare_home",
 ]
@@ -47,7 +47,7 @@ SEED = 20260403
 KEY = "cli:direct"
 MODEL = "scripted-model"
 
-_WORDS = """
+_WORDS = str.split("""
 database postgres sqlite migration schema index query backup replica latency timeout garden
 tomato basil compost watering seedlings greenhouse harvest travel flight hotel passport visa
 itinerary train airport luggage booking recipe dinner vegetarian pasta curry bread oven
@@ -58,7 +58,7 @@ running marathon yoga sleep doctor dentist appointment novel podcast album guita
 chess photography camera lens the a to and of in is it you that for on with this be are as
 at we can have not will your my was but so if or do about from what there just like more
 because which would should could maybe really think need want please thanks also then
-""".split()
+""")
 _FACTS = [
     "prefers dark mode", "uses PostgreSQL for the side project", "has a cat named Luna",
     "is vegetarian", "runs on Tuesday mornings", "works in Lisbon", "plays the piano",
@@ -173,6 +173,8 @@ def pregenerate(settings: Settings, workload: Workload, turns: int, fixed_tokens
     ``fixed_tokens`` is the system prompt plus tool schemas (what every request carries).
     Consolidation is replayed: when ``fixed + unconsolidated`` reaches the trigger, the
     oldest turns are archived (one history entry each time) until it is under the target.
+    A session long enough to have consolidated ends as if a consolidation had just run, so
+    every such N starts its measured turns with the same replay window.
     """
     d = settings.defaults
     budget = Budget(d.context_window_tokens, d.max_tokens, d.consolidation_threshold,
@@ -205,12 +207,30 @@ def pregenerate(settings: Settings, workload: Workload, turns: int, fixed_tokens
             )
             last = end
             consolidated_at.append(i + 1)
+    if consolidated_at and window + fixed_tokens > budget.target:
+        # Same phase at every N: as if a consolidation just ran, so a session of 500 turns
+        # and one of 5,000 replay windows of the same size and only N differs.
+        end = last
+        while fixed_tokens + window > budget.target and end < len(messages) - 2:
+            window -= costs[end] + costs[end + 1]
+            end += 2
+        memory.append_history(
+            _facts_of(messages[last:end]), session_key=KEY,
+            source=HistorySource(session=KEY, start=last, end=end),
+            timestamp=moment.strftime("%Y-%m-%d %H:%M"),
+        )
+        last = end
+        consolidated_at.append(turns)
     if consolidated_at:
         memory.set_dream_cursor(memory.last_cursor())  # a scheduled Dream processed them
     session = Session(key=KEY, messages=messages, created_at=start.isoformat(timespec="milliseconds"),
                       last_consolidated=last)
     if messages:
         session.updated_at = messages[-1]["timestamp"]
+        # What the last real turn would have recorded: its request's size and the reply's.
+        reply = costs[-1]
+        session.usage = {"prompt_tokens": fixed_tokens + window - reply, "completion_tokens": reply,
+                         "cached_tokens": 0, "messages_at": len(messages), "replay_start": last}
     path = JsonlSessionStore(settings.workspace).path_for(KEY)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = snapshot(session, with_meta=True)
