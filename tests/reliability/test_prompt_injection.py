@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-import pytest
-
 from hippobot.messages import RUNTIME_CONTEXT_HEADER, public_text
 
 KEY = "cli:direct"
