@@ -157,3 +157,29 @@ async def test_secrets_are_not_written_to_the_session(make_agent, scripted_model
     raw = (agent.workspace / key_to_relpath("cli:direct")).read_text()
     assert "sk-test-key-000000000000" not in raw
     assert "sk-proj-abcdefghijklmnop1234567890" not in raw
+
+
+async def test_the_same_conversation_works_through_the_anthropic_api(hippobot_home, scripted_server, scripted_model):
+    from hippobot.agent.agent import Agent
+    from hippobot.cli.onboard import onboard
+    from hippobot.config import load_settings
+
+    settings = load_settings({
+        "HIPPOBOT_HOME": str(hippobot_home), "HIPPOBOT_PROVIDER": "anthropic",
+        "HIPPOBOT_MODEL": "claude-test", "ANTHROPIC_API_KEY": "sk-ant-test-000000000000",
+        "HIPPOBOT_API_BASE": scripted_server.anthropic_base_url,
+    })
+    onboard(settings)
+    agent = Agent(settings)
+    scripted_model.reply_tool_call("write_file", {"path": "hello.txt", "content": "hi"})
+    scripted_model.reply("Wrote it.")
+    scripted_model.reply("It says hi.")
+    assert (await agent.turn("cli:direct", "write hello.txt")).reply == "Wrote it."
+    assert (await agent.turn("cli:direct", "what does it say?")).reply == "It says hi."
+    assert (agent.workspace / "hello.txt").read_text() == "hi"
+    last = scripted_model.requests[-1]
+    assert last.api == "anthropic"
+    raw = last.raw
+    assert raw["system"][0]["cache_control"] == {"type": "ephemeral"}
+    kinds = [b.get("type") for m in raw["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])]
+    assert "tool_use" in kinds and "tool_result" in kinds
