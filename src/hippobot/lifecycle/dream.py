@@ -37,7 +37,7 @@ from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
-from hippobot.providers.base import ChatRequest, Provider, StreamEvent, Usage, collect
+from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -380,6 +380,3 @@ def dream_prompt_command(agent: Agent, arg: str) -> str:
     origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
     return f"Dream guide in effect: {origin}\n\n{text}"
 
-
-def _unused(_: StreamEvent) -> None:  # keeps the import used for type readers
-    return None

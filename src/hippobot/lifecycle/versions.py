@@ -69,7 +69,6 @@ def describe_restore(agent: Agent, sha: str) -> str:
         return f"{exc}\n\n{list_versions(agent)}"
     if result.new_sha is None:
         return f"Nothing to undo: the changes of {sha} are already gone."
-    agent.memory.refresh_cursors() if hasattr(agent.memory, "refresh_cursors") else None
     files = ", ".join(result.files)
     return (
         f"Undid {result.reverted[:8]} as new version {result.new_sha[:8]} ({files}); later "
