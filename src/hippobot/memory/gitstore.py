@@ -15,12 +15,14 @@ Invariants:
   instead of raising on construction, so chat keeps working without versions.
 * No ``git`` binary is used. All methods are blocking: call them from async code
   through ``asyncio.to_thread``.
+
+Diff rendering lives in :mod:`hippobot.memory.gitdiff` and the three-way merge in
+:mod:`hippobot.memory.merge3`; their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import re
@@ -33,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import AnyStr, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from dulwich.errors import (
     ChecksumMismatch,
@@ -50,6 +52,15 @@ from dulwich.repo import Repo
 from filelock import FileLock, Timeout
 
 from hippobot.errors import HippobotError, StorageError, UserError
+from hippobot.memory.gitdiff import (
+    DIFF_CAP,
+    DiffSummary,
+    FileStat,
+    Snapshot,
+    dream_message,
+    summarize,
+)
+from hippobot.memory.merge3 import merge3, merge_lines
 
 __all__ = [
     "AUTHOR",
@@ -83,8 +94,6 @@ CURSOR_PATH = "memory/.dream_cursor"
 GITIGNORE = ".gitignore"
 INIT_MESSAGE = "init: memory store"
 MANUAL_MESSAGE = "manual: edits before restore"
-DIFF_CAP = 6_000
-TRUNCATED = "...[diff truncated]"
 _SHORT = 8
 _MIN_PREFIX = 4
 _FILE_MODE = 0o100644
@@ -98,11 +107,8 @@ _CORRUPT_ERRORS = (
     zlib.error,
 )
 
-Snapshot = dict[str, bytes]
 T = TypeVar("T")
 _STALE_LOCK_RETRIES = 8
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
-_LINE_B = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 
 
 # --- errors -------------------------------------------------------------------------
@@ -145,66 +151,6 @@ class RevertConflict(UserError):
 
 
 @dataclass(frozen=True)
-class FileStat:
-    """Lines added/removed in one file; ``binary`` when it is not UTF-8 text."""
-
-    path: str
-    added: int
-    removed: int
-    binary: bool = False
-
-    def line(self) -> str:
-        if self.binary:
-            return f"{self.path}: binary or non-UTF-8 file changed"
-        return f"{self.path}: +{self.added} -{self.removed}"
-
-
-@dataclass(frozen=True)
-class DiffSummary:
-    """Changes between two states; falsy when nothing changed (CRLF-only edits ignored)."""
-
-    files: tuple[FileStat, ...]
-    diff: str
-    truncated: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.files)
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return tuple(f.path for f in self.files)
-
-    @property
-    def insertions(self) -> int:
-        return sum(f.added for f in self.files)
-
-    @property
-    def deletions(self) -> int:
-        return sum(f.removed for f in self.files)
-
-    def stats(self) -> str:
-        """Per-file ``path: +A -R`` lines and a totals line ("" when unchanged)."""
-        if not self.files:
-            return ""
-        n = len(self.files)
-        totals = (
-            f"{n} file{'s' if n != 1 else ''} changed, {self.insertions} insertion(s)(+), "
-            f"{self.deletions} deletion(s)(-)"
-        )
-        return "\n".join([*(f.line() for f in self.files), totals])
-
-    @property
-    def text(self) -> str:
-        """Stats followed by the fenced unified diff ("" when unchanged)."""
-        if not self.files:
-            return ""
-        return f"{self.stats()}\n\n```diff\n{self.diff}\n```" if self.diff else self.stats()
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True)
 class CommitInfo:
     sha: str
     short_sha: str
@@ -227,149 +173,6 @@ class RevertResult:
     new_sha: str | None
     files: tuple[str, ...]
     manual_sha: str | None = None  # the "manual: edits before restore" commit, if any
-
-
-def dream_message(when: str, summary: DiffSummary) -> str:
-    """``dream: <when>, <n> change(s)`` plus the summary; n counts changed files."""
-    head = f"dream: {when}, {len(summary.files)} change(s)"
-    return f"{head}\n\n{summary.text}" if summary else head
-
-
-# --- three-way merge ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Hunk:
-    start: int  # base[start:end] is replaced by lines
-    end: int
-    lines: list
-    side: int  # 0 = ours, 1 = theirs
-
-
-def _hunks(base: Sequence, other: Sequence, side: int) -> list[_Hunk]:
-    matcher = difflib.SequenceMatcher(None, base, other, autojunk=False)
-    return [
-        _Hunk(i1, i2, list(other[j1:j2]), side)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
-        if tag != "equal"
-    ]
-
-
-def _joins(lo: int, hi: int, hunk: _Hunk) -> bool:
-    """Does ``hunk`` (sorted after the cluster base[lo:hi]) clash with it?
-
-    Hunks clash when they share a base line, when an insertion falls strictly inside
-    the other's range, or when both insert at the same point. Hunks that merely touch
-    (one ends where the other starts) are merged side by side.
-    """
-    if hunk.start < hi:
-        return True
-    return hunk.start == hi and lo == hi and hunk.start == hunk.end
-
-
-def _apply(base: Sequence, lo: int, hi: int, hunks: list[_Hunk]) -> list:
-    out: list = []
-    pos = lo
-    for h in hunks:
-        out.extend(base[pos : h.start])
-        out.extend(h.lines)
-        pos = h.end
-    out.extend(base[pos:hi])
-    return out
-
-
-def merge_lines(base: Sequence, ours: Sequence, theirs: Sequence) -> list | None:
-    """Line-wise three-way merge; None when both sides change the same lines differently.
-
-    Invariants: ``merge_lines(b, o, b) == o``, ``merge_lines(b, b, t) == t`` and
-    ``merge_lines(b, x, x) == x``.
-    """
-    hunks = sorted(
-        [*_hunks(base, ours, 0), *_hunks(base, theirs, 1)], key=lambda h: (h.start, h.end)
-    )
-    out: list = []
-    pos = i = 0
-    while i < len(hunks):
-        lo, hi = hunks[i].start, hunks[i].end
-        group = [hunks[i]]
-        i += 1
-        while i < len(hunks) and _joins(lo, hi, hunks[i]):
-            group.append(hunks[i])
-            hi = max(hi, hunks[i].end)
-            i += 1
-        out.extend(base[pos:lo])
-        mine = _apply(base, lo, hi, [h for h in group if h.side == 0])
-        other = _apply(base, lo, hi, [h for h in group if h.side == 1])
-        sides = {h.side for h in group}
-        if sides == {0}:
-            out.extend(mine)
-        elif sides == {1} or mine == other:
-            out.extend(other)
-        else:
-            return None
-        pos = hi
-    out.extend(base[pos:])
-    return out
-
-
-def _split(text: AnyStr) -> list[AnyStr]:
-    """Lines with their newline kept; ``"".join`` gives the text back exactly."""
-    pattern = _LINE if isinstance(text, str) else _LINE_B
-    return pattern.findall(text)
-
-
-def merge3(base: AnyStr, ours: AnyStr, theirs: AnyStr) -> AnyStr | None:
-    """Three-way merge of two texts (str or bytes) that share ``base``; None on conflict."""
-    merged = merge_lines(_split(base), _split(ours), _split(theirs))
-    return None if merged is None else base[:0].join(merged)
-
-
-# --- diffs --------------------------------------------------------------------------
-
-
-def _text_lines(data: bytes | None) -> list[str]:
-    text = (data or b"").decode("utf-8").replace("\r\n", "\n")
-    return text.split("\n") if text else []
-
-
-def _file_diff(path: str, old: bytes | None, new: bytes | None) -> tuple[FileStat, str] | None:
-    """Stat and unified diff of one file, or None when only line endings changed."""
-    try:
-        a, b = _text_lines(old), _text_lines(new)
-    except UnicodeDecodeError:
-        return FileStat(path, 0, 0, binary=True), ""
-    if a and not a[-1]:
-        a.pop()  # a trailing newline is not a line of its own
-    if b and not b[-1]:
-        b.pop()
-    if a == b and (old is None) == (new is None):
-        return None
-    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    added = sum(j2 - j1 for tag, _, _, j1, j2 in ops if tag != "equal")
-    removed = sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag != "equal")
-    src = "/dev/null" if old is None else f"a/{path}"
-    dst = "/dev/null" if new is None else f"b/{path}"
-    body = "\n".join(difflib.unified_diff(a, b, src, dst, lineterm=""))
-    return FileStat(path, added, removed), body or f"--- {src}\n+++ {dst}"
-
-
-def summarize(old: Snapshot, new: Snapshot, cap: int | None = DIFF_CAP) -> DiffSummary:
-    """Compare two snapshots ({path: bytes}); the diff text is cut at ``cap`` chars."""
-    stats: list[FileStat] = []
-    bodies: list[str] = []
-    for path in sorted(old.keys() | new.keys()):
-        if old.get(path) == new.get(path):
-            continue
-        result = _file_diff(path, old.get(path), new.get(path))
-        if result is not None:
-            stats.append(result[0])
-            if result[1]:
-                bodies.append(result[1])
-    diff = "\n".join(bodies)
-    truncated = cap is not None and len(diff) > cap
-    if truncated:
-        diff = diff[:cap].rstrip("\n") + "\n" + TRUNCATED
-    return DiffSummary(tuple(stats), diff, truncated)
 
 
 # --- the store ----------------------------------------------------------------------
