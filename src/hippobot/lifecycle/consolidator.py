@@ -297,7 +297,7 @@ class Consolidator:
             return None
         if len(messages) - 1 < len(history):  # the replay was capped by the token budget
             return None
-        count = sum(1 for m in history if m in slice_msgs or id(m) in {id(x) for x in slice_msgs})
+        count = len(slice_msgs)  # all of them are replayed (checked above)
         last = public_text(slice_msgs[-1]).strip().replace("\n", " ")
         if not last:
             last = f"a {slice_msgs[-1].get('role', 'tool')} message"
