@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ __all__ = ["Agent", "TurnResult", "split_key"]
 log = logging.getLogger(__name__)
 
 TURN_LOCK_TIMEOUT_S = 600.0
+_REGISTRY_CACHE = 128
 
 
 def _map_strings(value: Any, clean: Any) -> Any:
@@ -109,7 +111,7 @@ class Agent:
         )
         self.skills = SkillsIndex(self.workspace, env=settings.env)
         self.jobs = BackgroundJobs()
-        self._registries: dict[str, ToolRegistry] = {}
+        self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
         self._secrets = settings.secrets()
         self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
 
@@ -181,6 +183,10 @@ class Agent:
 
             registry = build_registry(self, key)
             self._registries[key] = registry
+            if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
+                self._registries.popitem(last=False)
+        else:
+            self._registries.move_to_end(key)
         return registry
 
     # --- prompt ------------------------------------------------------------------------
