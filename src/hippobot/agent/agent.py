@@ -112,6 +112,7 @@ class Agent:
         self.skills = SkillsIndex(self.workspace, env=settings.env)
         self.jobs = BackgroundJobs()
         self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
+        self._wire_cache: dict[str, dict[int, tuple[Message, dict[str, Any]]]] = {}
         self._secrets = settings.secrets()
         self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
 
@@ -184,7 +185,8 @@ class Agent:
             registry = build_registry(self, key)
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
-                self._registries.popitem(last=False)
+                evicted, _ = self._registries.popitem(last=False)
+                self._wire_cache.pop(evicted, None)
         else:
             self._registries.move_to_end(key)
         return registry
@@ -248,7 +250,18 @@ class Agent:
         registry = self.tools_for(session.key)
         system = self.system_prompt(session, registry.names())
         history = self.replay(session, system, registry.schemas())
-        return [{"role": "system", "content": system.text}, *(to_wire(m) for m in history)], registry
+        # Stored messages never change, so each one's wire form is built once and reused
+        # while it is replayed (the entry keeps the message alive, so ids are never confused).
+        previous = self._wire_cache.get(session.key, {})
+        current: dict[int, tuple[Message, dict[str, Any]]] = {}
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system.text}]
+        for m in history:
+            hit = previous.get(id(m))
+            item = hit[1] if hit is not None and hit[0] is m else to_wire(m)
+            current[id(m)] = (m, item)
+            wire.append(item)
+        self._wire_cache[session.key] = current
+        return wire, registry
 
     def user_message(self, key: str, text: str, media: Sequence[str] = ()) -> Message:
         channel, chat = split_key(key)

@@ -54,6 +54,7 @@ MESSAGE_OVERHEAD = 4  # role, separators: what chat formats add around each mess
 IMAGE_TOKENS = 765  # a high-detail 1024x1024 image in OpenAI's accounting; base64 is not text
 
 _CACHE_SIZE = 8192
+_ID_CACHE_SIZE = 20_000  # messages remembered by identity (a long replay window and then some)
 _KEY_INLINE_CHARS = 256  # shorter texts are their own cache key; longer ones are hashed
 
 
@@ -77,6 +78,7 @@ class _Counter:
         self.lock = threading.Lock()  # guards loading the encoder
         self.cache_lock = threading.Lock()  # asyncio.to_thread callers may count concurrently
         self.cache: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.by_id: OrderedDict[int, tuple[Mapping[str, Any], str, int]] = OrderedDict()
 
     def encoder_or_none(self) -> Any:
         if self.mode == "estimate" or self.failed:
@@ -112,6 +114,7 @@ def set_mode(mode: Mode) -> None:
         _state.mode = mode
         _state.failed = False
         _state.cache.clear()
+        _state.by_id.clear()
 
 
 def current_mode() -> str:
@@ -254,8 +257,20 @@ def count_message(msg: Mapping[str, Any]) -> int:
     Image blocks count as :data:`IMAGE_TOKENS` each, never by their base64 length.
     Bookkeeping keys (``timestamp``, ``_runtime_context`` ...) are not sent and not counted.
     """
+    # Stored messages are never changed once saved, so a message seen before is answered
+    # by identity (the entry keeps it alive, so an id cannot be reused by another object);
+    # this spares re-joining and hashing the whole replay on every turn near the budget.
+    mode = "x" if _state.encoder_or_none() is not None else "e"
+    hit = _state.by_id.get(id(msg))
+    if hit is not None and hit[0] is msg and hit[1] == mode:
+        return hit[2]
     parts, images = _message_parts(msg)
-    return count_text("\n".join(parts)) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+    n = count_text("\n".join(parts)) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+    with _state.cache_lock:
+        _state.by_id[id(msg)] = (msg, mode, n)
+        if len(_state.by_id) > _ID_CACHE_SIZE:
+            _state.by_id.popitem(last=False)
+    return n
 
 
 def estimate_message(msg: Mapping[str, Any]) -> int:
