@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-
-def run(args: list[str], home: Path, server=None, stdin: str | None = None, **env_extra: str):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
-    env["HIPPOBOT_HOME"] = str(home)
-    if server is not None:
-        env.update(
-            HIPPOBOT_MODEL="scripted-model",
-            HIPPOBOT_API_BASE=server.base_url,
-            HIPPOBOT_API_KEY="sk-test-key-000000000000",
-        )
-    env.update(env_extra)
-    return subprocess.run(
-        [sys.executable, "-m", "hippobot", *args],
-        input=stdin, capture_output=True, text=True, env=env, timeout=120,
-    )
+from hippobot.testing.cli import run_cli as run
 
 
 def test_onboard_then_two_one_shot_turns_continue_the_conversation(hippobot_home, scripted_server, scripted_model):

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
-from pathlib import Path
 
 from hippobot.config import load_settings
 from hippobot.lifecycle.schedule import next_dream_delay
 from hippobot.memory.history import HistorySource
 from hippobot.memory.store import MemoryStore
-
-
-def run(args: list[str], home: Path, server=None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
-    env["HIPPOBOT_HOME"] = str(home)
-    if server is not None:
-        env.update(HIPPOBOT_MODEL="scripted-model", HIPPOBOT_API_BASE=server.base_url,
-                   HIPPOBOT_API_KEY="sk-test-key-000000000000")
-    return subprocess.run([sys.executable, "-m", "hippobot", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+from hippobot.testing.cli import run_cli as run
 
 
 def test_history_search_dream_log_and_restore_from_the_command_line(hippobot_home, scripted_server, scripted_model):

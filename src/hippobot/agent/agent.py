@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hippobot.agent.background import BackgroundJobs
-from hippobot.agent.budget import Budget
+from hippobot.agent.budget import Budget, usage_estimate
 from hippobot.agent.events import EventSink, Notice
 from hippobot.agent.runner import Runner, RunResult
 from hippobot.agent.wire import to_wire
@@ -209,11 +209,12 @@ class Agent:
             archived_summary=summary,
             tool_names=tuple(tool_names),
             channel=channel,
-            model=self._model_label(),
+            model=self.model_label(),
         )
         return build_system_prompt(inputs)
 
-    def _model_label(self) -> str:
+    def model_label(self) -> str:
+        """The model name for display: configured or not, never an error."""
         try:
             return self.model
         except UserError:
@@ -235,15 +236,8 @@ class Agent:
         """True when the last request's reported size plus what came since is far below the
         budget: then the replay needs no token cap and nothing has to be counted exactly
         (which keeps a turn's cost independent of the session's length)."""
-        usage = session.usage or {}
-        at = usage.get("messages_at")
-        if not isinstance(at, int) or usage.get("replay_start") != session.replay_start:
-            return False
-        if not session.replay_start <= at <= len(session.messages):
-            return False
-        size = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        size += sum(tokens.estimate_message(m) for m in session.messages[at:])
-        return size < 0.85 * self.budget.input
+        size = usage_estimate(session, count=tokens.estimate_messages)
+        return size is not None and size < 0.85 * self.budget.input
 
     def build_request_messages(self, session: Session) -> tuple[list[dict[str, Any]], ToolRegistry]:
         """The exact wire messages a turn on ``session`` would send now (also for /context)."""
@@ -355,7 +349,7 @@ class Agent:
                     "completion_tokens": result.usage.completion_tokens,
                     "cached_tokens": result.usage.cached_tokens,
                     "messages_at": len(session.messages),
-                    "replay_start": self.consolidator.replay_start(session),
+                    "replay_start": session.replay_start,
                 }
             await self.sessions.save_meta(session)
         if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):

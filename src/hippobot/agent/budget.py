@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["SAFETY_MARGIN", "Budget"]
+from hippobot.context import tokens
+from hippobot.session.model import Session
+
+__all__ = ["SAFETY_MARGIN", "Budget", "usage_estimate"]
 
 SAFETY_MARGIN = 1024
 """Tokens kept free besides the reply, because estimates are estimates."""
@@ -39,3 +44,23 @@ class Budget:
     def target(self) -> int:
         """Prompt size consolidation shrinks to."""
         return int(self.input * self.ratio)
+
+
+def usage_estimate(
+    session: Session,
+    count: Callable[[Iterable[Mapping[str, Any]]], int] = tokens.count_messages,
+) -> int | None:
+    """The size of the next request from the provider's own report on the last one: its
+    prompt and completion tokens plus ``count`` of the messages appended since. ``None`` when
+    there is no report or it no longer describes the replay (a consolidation or ``/new``
+    moved the replay's start): then the caller must count the prompt itself."""
+    usage = session.usage or {}
+    start = session.replay_start
+    at = usage.get("messages_at")
+    if not isinstance(at, int) or usage.get("replay_start") != start:
+        return None
+    reported = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+    known = tokens.PromptEstimate(reported, at - start)
+    if not known.usable(len(session.messages) - start):
+        return None
+    return reported + count(session.messages[at:])

@@ -85,17 +85,12 @@ def context_report(agent: Agent, key: str) -> ContextReport:
 
     wire = [to_wire(m) for m in history]
     budget = agent.budget.input
-    sections = [
-        SectionSize(s.name, tokens.count_text(s.text), (tokens.count_text(s.text) / budget) if budget else 0.0)
-        for s in system.sections
-    ]
+    sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
+    sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
     system_tokens = tokens.count_text(system.text)
     schema_tokens = tokens.count_tools(schemas)
     history_tokens = tokens.count_messages(history)
-    try:
-        model = agent.model
-    except Exception:
-        model = agent.settings.defaults.model
+    model = agent.model_label()
     return ContextReport(
         session=key,
         model=model,
@@ -165,7 +160,7 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         model, provider = target.model, target.provider
     except Exception:
         model, provider = agent.settings.defaults.model, ""
-    start = agent.consolidator.replay_start(session)
+    start = session.replay_start
     return StatusReport(
         workspace=str(agent.workspace),
         model=model,

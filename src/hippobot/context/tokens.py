@@ -40,6 +40,7 @@ __all__ = [
     "count_tools",
     "current_mode",
     "estimate_message",
+    "estimate_messages",
     "estimate_prompt",
     "estimate_text",
     "set_mode",
@@ -278,6 +279,11 @@ def estimate_message(msg: Mapping[str, Any]) -> int:
     for quick "is this anywhere near the budget?" checks on the hot path."""
     parts, images = _message_parts(msg)
     return estimate_text("\n".join(parts)) + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+
+
+def estimate_messages(msgs: Iterable[Mapping[str, Any]]) -> int:
+    """Sum of :func:`estimate_message` over ``msgs`` (never loads tiktoken)."""
+    return sum(estimate_message(m) for m in msgs)
 
 
 def count_messages(msgs: Iterable[Mapping[str, Any]]) -> int:

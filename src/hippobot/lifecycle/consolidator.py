@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import filelock
 
+from hippobot.agent.budget import usage_estimate
 from hippobot.context import tokens
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.summaries import (
@@ -87,21 +88,12 @@ class Consolidator:
 
     # --- sizing ---------------------------------------------------------------------
 
-    def replay_start(self, session: Session) -> int:
-        return session.replay_start
-
     def estimate(self, session: Session) -> int:
         """Prompt tokens the next request on this session would use (ground truth + delta)."""
-        start = self.replay_start(session)
-        usage = session.usage or {}
-        at = usage.get("messages_at")
-        if (
-            isinstance(at, int)
-            and usage.get("replay_start") == start
-            and start <= at <= len(session.messages)
-        ):
-            base = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-            return base + tokens.count_messages(session.messages[at:])
+        reported = usage_estimate(session)
+        if reported is not None:
+            return reported
+        start = session.replay_start
         registry = self.agent.tools_for(session.key)
         system = self.agent.system_prompt(session, registry.names())
         return (
@@ -112,7 +104,7 @@ class Consolidator:
 
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
         minutes = self.agent.settings.defaults.idle_compact_after_minutes
-        if minutes <= 0 or self.replay_start(session) >= len(session.messages):
+        if minutes <= 0 or session.replay_start >= len(session.messages):
             return False
         try:
             updated = datetime.fromisoformat(session.updated_at)
