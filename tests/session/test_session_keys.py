@@ -109,3 +109,11 @@ def test_arbitrary_paths_decode_only_if_canonical(parts: list[str]) -> None:
     key = relpath_to_key(path)
     if key is not None:
         assert key_to_relpath(key) == path
+
+
+def test_a_folder_never_looks_like_a_session_file():
+    # Found by fuzzing: the channel "0.jsonl" made a folder that globbing took for a session.
+    for key in ("0.jsonl", "a.jsonl:b", "x.JSONL:y"):
+        path = key_to_relpath(key)
+        assert not any(part.endswith(".jsonl") for part in path.parts[:-1])
+        assert relpath_to_key(path) == key

@@ -130,6 +130,8 @@ def key_to_relpath(key: str) -> PurePosixPath:
     channel, colon, chat = key.partition(":")
     chat_parts = _encode_part(chat) if colon else [_NO_CHAT]
     *dirs, last = [*_encode_part(channel), *chat_parts]
+    # A folder must never look like a session file (channel "0.jsonl" would make one).
+    dirs = [d[:-1] + _pct(d[-1]) if d.endswith(_SUFFIX) else d for d in dirs]
     return PurePosixPath(SESSIONS_DIR, *dirs, last + _SUFFIX)
 
 
