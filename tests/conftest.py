@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from hippobot.agent.agent import Agent
 from hippobot.cli.onboard import onboard
 from hippobot.config import Settings, load_settings
 from hippobot.testing.server import ScriptedServer
+
+# Property tests explore the same inputs on every run, so CI is reproducible; set
+# HYPOTHESIS_PROFILE=explore to search fresh random inputs locally.
+hypothesis_settings.register_profile("ci", derandomize=True)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def model_env(home: Path, server: ScriptedServer | None = None, **extra: str) -> dict[str, str]:
