@@ -18,6 +18,8 @@ from hippobot.providers import (
     collect,
     make_provider,
 )
+from hippobot.providers.metering import MeteredProvider
+from hippobot.providers.text_tools import TextToolCallProvider
 
 REQUEST = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 
@@ -47,7 +49,9 @@ def test_known_endpoints_are_data():
 
 def test_make_provider_wraps_the_adapter_in_the_retry_policy():
     policy = RetryPolicy(max_attempts=2)
-    openai = make_provider("openai", api_key="k", api_base="http://127.0.0.1:1/v1", retry=policy)
+    openai = make_provider(
+        "openai", api_key="k", api_base="http://127.0.0.1:1/v1", retry=policy, text_tool_calls="off"
+    )
     claude = make_provider("anthropic", api_key="k", api_base=None)
 
     assert isinstance(openai, RetryingProvider) and openai.policy is policy
@@ -60,7 +64,19 @@ def test_a_known_name_supplies_the_base_url():
     local = make_provider("openai", api_key="", api_base=None, name="ollama")
 
     assert local.name == "ollama"
-    assert local.inner.api_base == "http://localhost:11434/v1"
+    assert isinstance(local.inner, TextToolCallProvider)  # local servers: written calls recovered
+    assert local.inner.inner.api_base == "http://localhost:11434/v1"
+
+
+def test_text_tool_calls_follow_the_setting_and_usage_is_metered(tmp_path):
+    from hippobot.usage_ledger import UsageLedger
+
+    remote = make_provider("openai", api_key="k", api_base=None)
+    assert isinstance(remote.inner, OpenAICompatProvider)
+    forced = make_provider("openai", api_key="k", api_base=None, text_tool_calls="on")
+    assert isinstance(forced.inner, TextToolCallProvider)
+    metered = make_provider("anthropic", api_key="k", api_base=None, usage=UsageLedger(tmp_path / "u.jsonl"))
+    assert isinstance(metered.inner, MeteredProvider) and isinstance(metered.inner.inner, AnthropicProvider)
 
 
 def test_unknown_kind_is_refused():

@@ -122,6 +122,7 @@ class Agent:
     def provider(self) -> Provider:
         if self._provider is None:
             from hippobot.providers.factory import make_provider
+            from hippobot.usage_ledger import UsageLedger
 
             target = self.settings.model_target()
             self._provider = make_provider(
@@ -131,6 +132,8 @@ class Agent:
                 extra_headers=target.extra_headers,
                 retry=self.retry_policy,
                 name=target.provider,
+                text_tool_calls=self.settings.defaults.text_tool_calls,
+                usage=UsageLedger.for_workspace(self.workspace),
             )
         return self._provider
 

@@ -31,6 +31,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("dream-log", "/dream-log [sha]", "show the latest (or given) memory change as a diff"),
     Command("dream-restore", "/dream-restore [sha]", "list memory versions, or undo one change"),
     Command("dream-prompt", "/dream-prompt [init]", "show the Dream guide, or create an editable one"),
+    Command("usage", "/usage", "model requests and tokens per day and job (turns, consolidation, Dream)"),
 )
 _NAMES = {c.name for c in COMMANDS}
 
@@ -47,6 +48,7 @@ class CommandRouter:
             "dream-log": self._dream_log,
             "dream-restore": self._dream_restore,
             "dream-prompt": self._dream_prompt,
+            "usage": self._usage,
         }
 
     async def dispatch(self, key: str, text: str) -> str | None:
@@ -113,3 +115,12 @@ class CommandRouter:
         from hippobot.lifecycle.dream import dream_prompt_command
 
         return dream_prompt_command(self.agent, arg)
+
+    async def _usage(self, key: str, arg: str) -> str:
+        import asyncio
+
+        from hippobot.usage_ledger import UsageLedger, format_table, summarise
+
+        ledger = UsageLedger.for_workspace(self.agent.workspace)
+        rows = await asyncio.to_thread(lambda: summarise(ledger.read()))
+        return format_table(rows, path=ledger.path)

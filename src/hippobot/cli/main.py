@@ -193,8 +193,9 @@ def serve(
 
 from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402  (registers commands)
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
+from hippobot.cli import usage_cmd as _usage_cmd  # noqa: E402
 
-__all__ += ["_memory_cmds", "_sessions_cmds"]
+__all__ += ["_memory_cmds", "_sessions_cmds", "_usage_cmd"]
 
 
 def main() -> None:

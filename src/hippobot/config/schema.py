@@ -7,6 +7,8 @@ file from the same knowledge.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -76,6 +78,10 @@ class AgentDefaults(_Model):
     """Cap on replayed messages (0 = only the token budget applies)."""
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
+    text_tool_calls: Literal["auto", "on", "off"] = "auto"
+    """Turn tool calls a model writes as text (a JSON block, ``<tool_call>`` tags) into real
+    calls: ``auto`` for local endpoints (ollama, vllm, llamacpp, any localhost URL), ``on``,
+    ``off``."""
     see_other_sessions: bool = True
     """Whether memory_search in one chat may return other chats' messages."""
     dream: DreamConfig = Field(default_factory=DreamConfig)

@@ -44,6 +44,7 @@ from hippobot.memory.history import HistoryEntry, HistorySource
 from hippobot.messages import Message, public_text
 from hippobot.prompts import render
 from hippobot.providers.base import ChatRequest, collect
+from hippobot.providers.metering import usage_job
 from hippobot.session.model import ArchivedSummary, Session
 
 if TYPE_CHECKING:
@@ -335,7 +336,8 @@ class Consolidator:
             max_tokens=min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens),
             temperature=self.agent.settings.defaults.temperature,
         )
-        response = await collect(self.agent.provider.stream(request))
+        with usage_job("consolidation"):
+            response = await collect(self.agent.provider.stream(request))
         for call in response.tool_calls:
             if call["function"]["name"] == "save_summary":
                 parsed = summary_from_tool_call(call["function"]["arguments"])

@@ -18,6 +18,7 @@ budget stop a looping model with a clear log line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -38,6 +39,7 @@ from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
+from hippobot.providers.metering import usage_job
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -161,7 +163,8 @@ class Dream:
                 "nothing was changed"
             ) from exc
         try:
-            result = await self._run(dry_run)
+            with usage_job("dream"):
+                result = await self._run(dry_run)
         finally:
             self._lock.release()
         result.seconds = time.monotonic() - started
@@ -278,6 +281,11 @@ class Dream:
             return msg  # Dream's own conversation is not a user session
 
         result = await runner.run([{"role": "user", "content": prompt}], keep)
+        if self._files(self.staged) == files:  # no edit landed: the text path (dream_text.py)
+            from hippobot.lifecycle.dream_text import apply_text_edits
+
+            applied = await asyncio.to_thread(apply_text_edits, self.staged, findings, result.reply)
+            log.info("Dream applied %d edit(s) from text: %s", len(applied), "; ".join(applied))
         if result.stopped:
             log.warning(
                 "Dream edit phase hit its limit of %d tool steps (agents.defaults.dream."

@@ -10,8 +10,10 @@ from typing import Literal
 
 from hippobot.providers.anthropic import AnthropicProvider
 from hippobot.providers.base import Provider
+from hippobot.providers.metering import MeteredProvider, UsageSink
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
+from hippobot.providers.text_tools import TextToolCallProvider, text_tools_enabled
 
 __all__ = ["KNOWN_ENDPOINTS", "ProviderKind", "make_provider"]
 
@@ -39,8 +41,14 @@ def make_provider(
     timeout: float = 120.0,
     retry: RetryPolicy | None = None,
     name: str | None = None,
+    text_tool_calls: str = "auto",
+    usage: UsageSink | None = None,
 ) -> Provider:
     """A ready provider: the ``kind`` adapter inside a :class:`RetryingProvider`.
+
+    Between them, optionally: :class:`TextToolCallProvider` (tool calls written as text become
+    real calls; ``text_tool_calls`` is ``auto`` (local endpoints only), ``on`` or ``off``) and
+    :class:`MeteredProvider` (every attempt recorded to ``usage``).
 
     ``name`` is the config key the user knows the endpoint by (``openrouter``, ``ollama``,
     ...); error messages point at ``providers.<name>``. It defaults to ``kind``, and when
@@ -59,4 +67,8 @@ def make_provider(
         )
     else:
         raise ValueError(f"unknown provider kind {kind!r}: expected 'openai' or 'anthropic'")
+    if text_tools_enabled(text_tool_calls, provider=label if kind == "openai" else kind, api_base=base):
+        adapter = TextToolCallProvider(adapter)
+    if usage is not None:
+        adapter = MeteredProvider(adapter, usage)
     return RetryingProvider(adapter, retry or RetryPolicy())

@@ -166,7 +166,7 @@ class OpenAICompatProvider:
     def _params(self, request: ChatRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": request.model,
-            "messages": request.messages,
+            "messages": _nonnull_content(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -215,6 +215,17 @@ class OpenAICompatProvider:
 
     def _translate(self, exc: Exception, *, streaming: bool) -> ProviderError:
         return translate_openai_error(self._endpoint, exc, streaming=streaming)
+
+
+def _nonnull_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with ``content: ""`` where an assistant message carrying tool calls has
+    none: llama.cpp's server (and others) reject ``null``, and OpenAI accepts both."""
+    if not any(m.get("content") is None and m.get("role") == "assistant" for m in messages):
+        return messages
+    return [
+        {**m, "content": ""} if m.get("content") is None and m.get("role") == "assistant" else m
+        for m in messages
+    ]
 
 
 async def _close_quietly(chunks: Any) -> None:

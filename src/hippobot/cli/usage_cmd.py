@@ -1,0 +1,28 @@
+"""``hippobot usage``: model requests and tokens per day and kind of job, from the ledger."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, app
+
+
+@app.command()
+def usage(
+    workspace: WorkspaceOpt = None,
+    days: Annotated[int | None, typer.Option("--days", min=1, help="Only the last N days with requests.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Model requests and prompt / cached / completion tokens per day and job (turns,
+    consolidation, Dream), as the endpoints reported them."""
+    from hippobot.usage_ledger import UsageLedger, format_table, summarise
+
+    ledger = UsageLedger.for_workspace(_settings(workspace).workspace)
+    rows = summarise(ledger.read(), days=days)
+    if json_out:
+        _print_json({"ledger": str(ledger.path), "rows": [r.to_dict() for r in rows]})
+    else:
+        sys.stdout.write(format_table(rows, path=ledger.path) + "\n")

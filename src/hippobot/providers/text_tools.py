@@ -1,0 +1,398 @@
+"""Tool calls a model wrote as text, recovered as real tool calls.
+
+Many small local models (behind Ollama, llama.cpp or vLLM) answer a request that offers tools by
+*writing* the call into the message content instead of the ``tool_calls`` field::
+
+    ```json
+    {"name": "memory_get", "arguments": {"citation": "history#12"}}
+    ```
+    <tool_call>{"name": "read_file", "arguments": {"path": "USER.md"}}</tool_call>
+
+:func:`recover_tool_calls` turns such text into calls; :class:`TextToolCallProvider` does it on a
+stream, holding back text from the first line that could start a call so the raw block is never
+shown to the user.
+
+The parser is conservative: text is recovered only when, from the first line that starts a
+block, it consists of nothing but tool-call blocks (and at most a short closing remark), every
+block names a tool the request offered, and its arguments are a JSON object. JSON naming an
+unknown tool, a code block that is not a call, or a long explanation around an example all stay
+text. Accepted forms of one call (in a fenced block, bare, inside ``<tool_call>`` tags, or as a
+list of calls):
+
+* ``{"name": N, "arguments": {...}}`` (also ``"parameters"``, ``"args"``, ``"input"``,
+  ``"tool_input"``; arguments may be a JSON string of an object);
+* ``{"function": N, "arguments": {...}}``, ``{"tool": N, ...}``, ``{"tool_name": N, ...}``;
+* ``{"type": "function", "function": {"name": N, "arguments": ...}}`` and ``{"tool_calls": [...]}``;
+* ``<function=N>{...}</function>`` (Llama 3.x);
+* an object wrapped in doubled braces ``{{ ... }}`` (a chat-template artefact seen with
+  Qwen2.5 behind llama.cpp).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import AsyncIterator, Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hippobot.providers.base import (
+    ChatRequest,
+    Finish,
+    Provider,
+    Restart,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+    Usage,
+)
+
+__all__ = [
+    "Recovered",
+    "TextToolCall",
+    "TextToolCallProvider",
+    "TextToolMode",
+    "recover_tool_calls",
+    "text_tools_enabled",
+]
+
+TextToolMode = Literal["auto", "on", "off"]
+
+# A line whose first non-blank characters are one of these may start a written tool call.
+_TRIGGERS = ("```", "~~~", "{", "[", "<tool_call>", "<function=", "<|python_tag|>")
+_MAX_PROSE_BEFORE = 400  # "Let me look that up." is fine; an essay around an example is not
+_MAX_PROSE_AFTER = 200
+_NAME_KEYS = ("name", "function", "tool", "tool_name")
+_ARG_KEYS = ("arguments", "parameters", "args", "input", "tool_input", "tool_args")
+_EXTRA_KEYS = frozenset({"type", "id", "call_id"})
+_LOCAL_PROVIDERS = frozenset({"ollama", "vllm", "llamacpp", "lmstudio"})
+_LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\]|0\.0\.0\.0)(:\d+)?(/|$)")
+_FENCE = re.compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
+_FUNCTION_TAG = re.compile(r"<function=([\w.-]+)>")
+
+
+def text_tools_enabled(mode: str, *, provider: str, api_base: str | None) -> bool:
+    """Whether written tool calls are recovered for this endpoint.
+
+    ``auto`` (the default) turns recovery on for local servers: the ``ollama``, ``vllm``,
+    ``llamacpp`` and ``lmstudio`` providers and any endpoint on the loopback address.
+    """
+    if mode == "on":
+        return True
+    if mode == "off" or provider == "anthropic":
+        return False
+    return provider in _LOCAL_PROVIDERS or bool(api_base and _LOCAL_HOST.match(api_base))
+
+
+@dataclass(frozen=True, slots=True)
+class TextToolCall:
+    name: str
+    arguments: str  # a JSON object, re-serialised
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """The calls found in a text and the prose around them (kept as the message content)."""
+
+    calls: tuple[TextToolCall, ...]
+    before: str = ""
+    after: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p for p in (self.before.strip(), self.after.strip()) if p)
+
+
+def recover_tool_calls(text: str, offered: Collection[str]) -> Recovered | None:
+    """The tool calls written in ``text``, or None when it must stay text (see module doc)."""
+    start = trigger_start(text)
+    if start is None:
+        return None
+    before = text[:start]
+    if len(before.strip()) > _MAX_PROSE_BEFORE:
+        return None
+    parsed = parse_blocks(text[start:], offered)
+    if parsed is None:
+        return None
+    calls, after = parsed
+    return Recovered(calls, before, after)
+
+
+def trigger_start(text: str) -> int | None:
+    """Offset of the first line that starts with a block that may be a tool call."""
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip()
+        if stripped.startswith(_TRIGGERS):
+            return pos + len(line) - len(stripped)
+        pos += len(line)
+    return None
+
+
+def parse_blocks(text: str, offered: Collection[str]) -> tuple[tuple[TextToolCall, ...], str] | None:
+    """Calls in ``text`` (which starts with a block) and the short remark after them, or None."""
+    calls: list[TextToolCall] = []
+    pos, n = 0, len(text)
+    while True:
+        while pos < n and text[pos].isspace():
+            pos += 1
+        if pos >= n:
+            break
+        step = _block_at(text, pos, offered)
+        if step is None:
+            if not calls or len(text[pos:].strip()) > _MAX_PROSE_AFTER or trigger_start(text[pos:]) is not None:
+                return None
+            return tuple(calls), text[pos:]
+        found, pos = step
+        if not found:
+            return None
+        calls.extend(found)
+    return (tuple(calls), "") if calls else None
+
+
+def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextToolCall], int] | None:
+    """The calls of the block at ``pos`` and where it ends; None when no block starts there.
+
+    An empty list means a block is there but is not a call to an offered tool.
+    """
+    rest = text[pos:]
+    if rest.startswith("<tool_call>"):
+        body_start = pos + len("<tool_call>")
+        end = text.find("</tool_call>", body_start)
+        stop = len(text) if end < 0 else end
+        after = len(text) if end < 0 else end + len("</tool_call>")
+        return _calls_in_body(text[body_start:stop], offered), after
+    if rest.startswith("<|python_tag|>"):
+        return _calls_in_body(text[pos + len("<|python_tag|>") :], offered), len(text)
+    m = _FUNCTION_TAG.match(rest)
+    if m is not None:
+        body_start = pos + m.end()
+        end = text.find("</function>", body_start)
+        stop = len(text) if end < 0 else end
+        after = len(text) if end < 0 else end + len("</function>")
+        args = _object(text[body_start:stop].strip() or "{}")
+        call = _make_call(m.group(1), args, offered) if isinstance(args, dict) else None
+        return ([call] if call else []), after
+    fence = _FENCE.match(rest)
+    if fence is not None:
+        body_start = pos + fence.end()
+        end = text.find(fence.group(1), body_start)
+        stop = len(text) if end < 0 else end
+        after = len(text) if end < 0 else end + len(fence.group(1))
+        return _calls_in_body(text[body_start:stop], offered), after
+    if rest.startswith(("{", "[")):
+        decoded = _decode_at(text, pos)
+        if decoded is None:
+            return [], len(text)
+        value, after = decoded
+        return _calls_in_value(value, offered), after
+    return None
+
+
+def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
+    """Calls in a fenced or tagged body: one JSON value, or several one after another."""
+    body = body.strip()
+    found: list[TextToolCall] = []
+    pos = 0
+    while pos < len(body):
+        decoded = _decode_at(body, pos)
+        if decoded is None:
+            return []
+        value, pos = decoded
+        calls = _calls_in_value(value, offered)
+        if not calls:
+            return []
+        found.extend(calls)
+        while pos < len(body) and (body[pos].isspace() or body[pos] == ","):
+            pos += 1
+    return found
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except ValueError:
+        pass
+    if text.startswith("{{", pos):  # a doubled brace: decode the inner object, drop the extra "}"
+        try:
+            value, end = _DECODER.raw_decode(text, pos + 1)
+        except ValueError:
+            return None
+        while end < len(text) and text[end].isspace():
+            end += 1
+        if end < len(text) and text[end] == "}":
+            return value, end + 1
+    return None
+
+
+def _object(text: str) -> Any:
+    decoded = _decode_at(text, 0)
+    if decoded is None or text[decoded[1] :].strip():
+        return None
+    return decoded[0]
+
+
+def _calls_in_value(value: Any, offered: Collection[str]) -> list[TextToolCall]:
+    """All calls of one decoded value, or [] when any part of it is not a call."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return []
+    calls: list[TextToolCall] = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("tool_calls"), list) and len(item) == 1:
+            inner = _calls_in_value(item["tool_calls"], offered)
+            if not inner:
+                return []
+            calls.extend(inner)
+            continue
+        call = _as_call(item, offered)
+        if call is None:
+            return []
+        calls.append(call)
+    return calls
+
+
+def _as_call(item: Any, offered: Collection[str]) -> TextToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    fn = item.get("function")
+    if isinstance(fn, dict):  # {"type": "function", "function": {"name": ..., "arguments": ...}}
+        if set(item) - {"function"} - _EXTRA_KEYS:
+            return None
+        return _as_call(fn, offered)
+    names = [k for k in _NAME_KEYS if k in item]
+    args_keys = [k for k in _ARG_KEYS if k in item]
+    if len(names) != 1 or len(args_keys) > 1 or set(item) - set(names) - set(args_keys) - _EXTRA_KEYS:
+        return None
+    name = item[names[0]]
+    args = item[args_keys[0]] if args_keys else {}
+    if isinstance(args, str):
+        args = _object(args.strip() or "{}")
+    if not isinstance(name, str) or not isinstance(args, dict):
+        return None
+    return _make_call(name, args, offered)
+
+
+def _make_call(name: str, args: dict[str, Any], offered: Collection[str]) -> TextToolCall | None:
+    name = name.strip()
+    if name not in offered:
+        return None
+    return TextToolCall(name, json.dumps(args, ensure_ascii=False))
+
+
+# --- the streaming side ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Gate:
+    """Passes text through line by line, and holds everything from the first line that starts
+    like a tool-call block (or could still turn out to)."""
+
+    passed: list[str] = field(default_factory=list)
+    line: str = ""
+    held: list[str] | None = None
+    deciding: bool = True
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for ch in text:
+            if self.held is not None:
+                self.held.append(ch)
+            elif not self.deciding:
+                out.append(ch)
+                if ch == "\n":
+                    self.deciding, self.line = True, ""
+            else:
+                self.line += ch
+                head = self.line.lstrip()
+                if not head:
+                    if ch == "\n":
+                        out.append(self.line)
+                        self.line = ""
+                    continue
+                if head.startswith(_TRIGGERS):
+                    self.held = [self.line]
+                    self.line = ""
+                elif not any(t.startswith(head) for t in _TRIGGERS):
+                    out.append(self.line)
+                    self.line, self.deciding = "", ch == "\n"
+        emitted = "".join(out)
+        self.passed.append(emitted)
+        return emitted
+
+    def rest(self) -> str:
+        """What was held back (the undecided end of a line included)."""
+        return "".join(self.held) if self.held is not None else self.line
+
+
+class TextToolCallProvider:
+    """A provider that turns tool calls written as text into real tool calls.
+
+    Only requests that offer tools are touched; a stream that already carries structured tool
+    calls passes through unchanged (held text is released as text). Event order stays
+    ``TextDelta* ToolCallEvent* Usage? Finish``.
+    """
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if not request.tools or request.tool_choice == "none":
+            return self.inner.stream(request)
+        return self._stream(request)
+
+    async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        offered = {t.get("function", {}).get("name", "") for t in request.tools}
+        gate, structured, usage = _Gate(), False, None
+        async for ev in self.inner.stream(request):
+            if isinstance(ev, TextDelta):
+                text = gate.feed(ev.text)
+                if text:
+                    yield TextDelta(text)
+            elif isinstance(ev, ToolCallEvent):
+                structured = True
+                yield ev
+            elif isinstance(ev, Usage):
+                usage = ev
+            elif isinstance(ev, Restart):
+                gate, structured, usage = _Gate(), False, None
+                yield ev
+            elif isinstance(ev, Finish):
+                recovered = None
+                held = gate.rest()
+                if held and not structured:
+                    prose = "".join(gate.passed)
+                    if len(prose.strip()) <= _MAX_PROSE_BEFORE:
+                        parsed = parse_blocks(held, offered)
+                        recovered = Recovered(parsed[0], prose, parsed[1]) if parsed else None
+                if recovered is None:
+                    if held:
+                        yield TextDelta(held)
+                    if usage is not None:
+                        yield usage
+                    yield ev
+                    continue
+                for event in _events(recovered):
+                    yield event
+                if usage is not None:
+                    yield usage
+                yield Finish("tool_calls")
+            else:
+                yield ev
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _events(recovered: Recovered) -> Iterator[StreamEvent]:
+    if recovered.after.strip():
+        yield TextDelta(("\n" if recovered.before.strip() else "") + recovered.after.strip())
+    for call in recovered.calls:
+        yield ToolCallEvent(f"call_{secrets.token_hex(6)}", call.name, call.arguments)

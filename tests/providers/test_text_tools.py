@@ -1,0 +1,200 @@
+"""Tool calls written as text: recovered when they clearly are calls, left alone otherwise."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hippobot.providers import ChatRequest, OpenAICompatProvider, TextDelta, ToolCallEvent, collect
+from hippobot.providers.base import Finish
+from hippobot.providers.text_tools import (
+    TextToolCallProvider,
+    recover_tool_calls,
+    text_tools_enabled,
+)
+from hippobot.testing import ScriptedModel, ScriptedProvider
+
+OFFERED = {"read_file", "memory_get", "edit_file"}
+TOOLS = [
+    {"type": "function", "function": {"name": n, "description": n, "parameters": {"type": "object"}}}
+    for n in sorted(OFFERED)
+]
+
+
+def calls(text: str) -> list[tuple[str, dict]]:
+    found = recover_tool_calls(text, OFFERED)
+    assert found is not None, f"not recovered: {text!r}"
+    return [(c.name, json.loads(c.arguments)) for c in found.calls]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```',
+        '```\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```',
+        '{"name": "read_file", "arguments": {"path": "USER.md"}}',
+        '{{"name": "read_file", "arguments": {"path": "USER.md"}}}',  # Qwen via llama.cpp
+        '<tool_call>\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n</tool_call>',
+        '<tool_call>{"name": "read_file", "arguments": {"path": "USER.md"}}',  # unclosed at the end
+        '{"name": "read_file", "parameters": {"path": "USER.md"}}',
+        '{"name": "read_file", "arguments": "{\\"path\\": \\"USER.md\\"}"}',
+        '{"function": "read_file", "arguments": {"path": "USER.md"}}',
+        '{"tool": "read_file", "args": {"path": "USER.md"}}',
+        '{"type": "function", "function": {"name": "read_file", "arguments": {"path": "USER.md"}}}',
+        '{"tool_calls": [{"name": "read_file", "arguments": {"path": "USER.md"}}]}',
+        '<function=read_file>{"path": "USER.md"}</function>',
+        'Let me check that file.\n```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```',
+    ],
+)
+def test_common_written_forms_become_one_call(text: str) -> None:
+    assert calls(text) == [("read_file", {"path": "USER.md"})]
+
+
+def test_several_calls_in_a_list_or_one_after_another() -> None:
+    two = [("read_file", {"path": "USER.md"}), ("memory_get", {"citation": "history#3"})]
+    listed = json.dumps([{"name": n, "arguments": a} for n, a in two])
+    assert calls(listed) == two
+    tagged = "".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>\n" for n, a in two)
+    assert calls(tagged) == two
+
+
+def test_prose_before_the_call_is_kept_as_the_content() -> None:
+    found = recover_tool_calls(
+        'I will look it up.\n<tool_call>{"name": "memory_get", "arguments": {"citation": "h#1"}}</tool_call>',
+        OFFERED,
+    )
+    assert found is not None and found.text == "I will look it up."
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "delete_everything", "arguments": {}}',  # not an offered tool
+        '```json\n{"name": "Alice", "age": 30}\n```',  # JSON data, not a call
+        '```python\nprint("hello")\n```',
+        '{"name": "read_file", "arguments": ["USER.md"]}',  # arguments not an object
+        '{"name": "read_file", "arguments": {"path": "a"}, "comment": "x"}',  # unknown keys
+        "Your cat is called Luna.",
+        "",
+        '```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```\n'
+        "This is how you would call the tool. " * 10,  # an explanation around an example
+        "Here is an example of the format:\n" + "The agent explains the tool at length. " * 15
+        + '\n```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```',
+        '```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```\n```json\n{"x": 1}\n```',
+        '{"name": "read_file", "arguments": {"path": "a"',  # cut off
+    ],
+)
+def test_ambiguous_text_stays_text(text: str) -> None:
+    assert recover_tool_calls(text, OFFERED) is None
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="{[<`~"), max_size=300))
+def test_prose_without_any_block_is_never_a_call(text: str) -> None:
+    assert recover_tool_calls(text, OFFERED) is None
+
+
+@given(
+    name=st.sampled_from(sorted(OFFERED)),
+    args=st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=30) | st.integers(), max_size=4),
+    form=st.sampled_from(["bare", "fenced", "tagged"]),
+)
+def test_any_offered_call_round_trips(name: str, args: dict, form: str) -> None:
+    body = json.dumps({"name": name, "arguments": args})
+    text = {"bare": body, "fenced": f"```json\n{body}\n```", "tagged": f"<tool_call>{body}</tool_call>"}[form]
+    assert calls(text) == [(name, args)]
+
+
+def test_auto_mode_is_on_for_local_endpoints_only() -> None:
+    assert text_tools_enabled("auto", provider="ollama", api_base=None)
+    assert text_tools_enabled("auto", provider="custom", api_base="http://127.0.0.1:8081/v1")
+    assert text_tools_enabled("auto", provider="openai", api_base="http://localhost:1234/v1")
+    assert not text_tools_enabled("auto", provider="openai", api_base="https://api.openai.com/v1")
+    assert not text_tools_enabled("auto", provider="anthropic", api_base=None)
+    assert text_tools_enabled("on", provider="openrouter", api_base="https://openrouter.ai/api/v1")
+    assert not text_tools_enabled("off", provider="ollama", api_base=None)
+
+
+# --- the stream -----------------------------------------------------------------------------
+
+
+def request(tools: bool = True) -> ChatRequest:
+    return ChatRequest(
+        model="m", messages=[{"role": "user", "content": "what is my cat called?"}], tools=TOOLS if tools else []
+    )
+
+
+async def run(reply: str, *, tools: bool = True) -> tuple[list[str], list]:
+    model = ScriptedModel()
+    model.reply(reply)
+    shown: list[str] = []
+    events: list = []
+
+    def on_event(ev) -> None:
+        events.append(ev)
+        if isinstance(ev, TextDelta):
+            shown.append(ev.text)
+
+    resp = await collect(TextToolCallProvider(ScriptedProvider(model)).stream(request(tools)), on_event)
+    return shown, [resp, events]
+
+
+async def test_a_written_call_is_never_streamed_to_the_user() -> None:
+    shown, (resp, events) = await run('```json\n{"name": "memory_get", "arguments": {"citation": "h#2"}}\n```')
+    assert "".join(shown) == ""
+    assert resp.text == ""
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in resp.tool_calls] == [
+        ("memory_get", {"citation": "h#2"})
+    ]
+    assert resp.finish_reason == "tool_calls"
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("ToolCallEvent") < kinds.index("Usage") < kinds.index("Finish")
+
+
+async def test_plain_answers_stream_and_rejected_blocks_come_out_whole() -> None:
+    shown, (resp, _) = await run("Your cat is called Luna.\nShe is three.")
+    assert "".join(shown) == resp.text == "Your cat is called Luna.\nShe is three."
+    code = 'Like this:\n```python\nprint("hi")\n```\nDone.'
+    shown, (resp, _) = await run(code)
+    assert "".join(shown) == resp.text == code and not resp.tool_calls
+
+
+async def test_requests_without_tools_pass_through_untouched() -> None:
+    text = '{"name": "read_file", "arguments": {"path": "USER.md"}}'
+    _, (resp, _) = await run(text, tools=False)
+    assert resp.text == text and not resp.tool_calls
+
+
+async def test_structured_calls_pass_through_and_held_text_is_released() -> None:
+    model = ScriptedModel()
+    model.reply_tool_call("read_file", {"path": "USER.md"}, text="{not json")
+    resp = await collect(TextToolCallProvider(ScriptedProvider(model)).stream(request()))
+    assert resp.text == "{not json"
+    assert [c["function"]["name"] for c in resp.tool_calls] == ["read_file"]
+
+
+async def test_over_http_with_the_real_sdk(scripted_server, scripted_model) -> None:
+    scripted_model.reply('<tool_call>\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n</tool_call>')
+    provider = TextToolCallProvider(OpenAICompatProvider(api_key="k", api_base=scripted_server.base_url))
+    events = [ev async for ev in provider.stream(request())]
+    assert not any(isinstance(e, TextDelta) for e in events)
+    (call,) = [e for e in events if isinstance(e, ToolCallEvent)]
+    assert (call.name, json.loads(call.arguments)) == ("read_file", {"path": "USER.md"})
+    assert events[-1] == Finish("tool_calls")
+
+
+async def test_tool_call_messages_are_sent_with_empty_content_not_null(scripted_server, scripted_model) -> None:
+    scripted_model.reply("done")
+    provider = OpenAICompatProvider(api_key="k", api_base=scripted_server.base_url)
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "text"},
+    ]
+    await collect(provider.stream(ChatRequest(model="m", messages=messages, tools=TOOLS)))
+    sent = scripted_model.requests[-1].raw["messages"][1]
+    assert sent["content"] == "" and sent["tool_calls"][0]["id"] == "c1"
+    assert messages[1]["content"] is None  # the caller's (stored) message is not changed
