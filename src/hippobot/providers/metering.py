@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
+from hippobot.errors import ProviderError
 from hippobot.providers.base import ChatRequest, Provider, StreamEvent, Usage
 from hippobot.usage_ledger import UsageRecord
 
@@ -74,6 +75,9 @@ class MeteredProvider:
                 if isinstance(ev, Usage):
                     usage = ev
                 yield ev
+        except ProviderError:
+            await asyncio.to_thread(self.sink.record, record(False))
+            raise
         except BaseException:
             # Not awaited: a failing or cancelled call must not wait for its ledger line.
             with contextlib.suppress(RuntimeError):
