@@ -7,6 +7,7 @@ import socket
 
 from benchmarks.memory_eval import STAGES, EvalOptions, main, oracle, run_eval
 from benchmarks.memory_eval_scenarios import SCENARIOS
+
 from hippobot.testing import ScriptedModel, ScriptedServer
 
 
