@@ -266,6 +266,7 @@ async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server
     from hippobot.agent.agent import Agent
     from hippobot.cli.onboard import onboard
     from hippobot.config import load_settings
+    from hippobot.context import tokens
     from hippobot.providers.factory import make_provider
     from hippobot.providers.metering import usage_job
     from hippobot.providers.retry import RetryPolicy
@@ -289,6 +290,7 @@ async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server
         target.kind, api_key=target.api_key, api_base=target.api_base, extra_headers=target.extra_headers,
         timeout=opts.timeout, retry=RetryPolicy(max_attempts=opts.attempts), name=target.provider,
         text_tool_calls=opts.text_tool_calls, usage=ledger,
+        estimate=lambda r: tokens.count_messages(r.messages) + tokens.count_tools(r.tools),
     )
     clock = SimClock()
     agent = Agent(settings, provider=provider, now=clock)

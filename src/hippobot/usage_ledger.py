@@ -10,7 +10,9 @@ to ``<workspace>/.hippobot/usage.jsonl``. Format (version 1), one object per lin
      "prompt_tokens": 1830, "cached_tokens": 1790, "completion_tokens": 42, "reported": true}
 
 ``job`` is ``turn``, ``consolidation`` or ``dream``; ``ok`` is false for a request that failed
-(no tokens are known for it); ``reported`` is false when the endpoint sent no usage. ``day`` is
+(no tokens are known for it); ``reported`` is false when the endpoint sent no usage: then
+``prompt_tokens`` is hippobot's own count of the request and ``completion_tokens`` the
+reply's characters / 4. ``day`` is
 the local date. The file is append-only; deleting it only resets the counts. Lines that cannot
 be read are skipped.
 """
@@ -180,5 +182,8 @@ def format_table(rows: list[UsageRow], *, path: Path | None = None) -> str:
         values = row.to_dict()
         lines.append(f"{row.day:<10}  {row.job:<13}" + "".join(f"  {values[c]:>10}" for c in _COLUMNS))
     if total.unreported:
-        lines.append(f"({total.unreported} request(s) came back without token counts from the endpoint.)")
+        lines.append(
+            f"({total.unreported} request(s) came back without token counts from the endpoint; "
+            "their tokens are hippobot's estimates.)"
+        )
     return "\n".join(lines)

@@ -134,6 +134,7 @@ class Agent:
                 name=target.provider,
                 text_tool_calls=self.settings.defaults.text_tool_calls,
                 usage=UsageLedger.for_workspace(self.workspace),
+                estimate=lambda r: tokens.count_messages(r.messages) + tokens.count_tools(r.tools),
             )
         return self._provider
 

@@ -6,10 +6,11 @@ does not import any vendor SDK; the adapters do that on their first request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from hippobot.providers.anthropic import AnthropicProvider
-from hippobot.providers.base import Provider
+from hippobot.providers.base import ChatRequest, Provider
 from hippobot.providers.metering import MeteredProvider, UsageSink
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
@@ -43,12 +44,14 @@ def make_provider(
     name: str | None = None,
     text_tool_calls: str = "auto",
     usage: UsageSink | None = None,
+    estimate: Callable[[ChatRequest], int] | None = None,
 ) -> Provider:
     """A ready provider: the ``kind`` adapter inside a :class:`RetryingProvider`.
 
     Between them, optionally: :class:`TextToolCallProvider` (tool calls written as text become
     real calls; ``text_tool_calls`` is ``auto`` (local endpoints only), ``on`` or ``off``) and
-    :class:`MeteredProvider` (every attempt recorded to ``usage``).
+    :class:`MeteredProvider` (every attempt recorded to ``usage``; ``estimate`` counts the
+    prompt of a request whose endpoint reported no usage).
 
     ``name`` is the config key the user knows the endpoint by (``openrouter``, ``ollama``,
     ...); error messages point at ``providers.<name>``. It defaults to ``kind``, and when
@@ -70,5 +73,5 @@ def make_provider(
     if text_tools_enabled(text_tool_calls, provider=label if kind == "openai" else kind, api_base=base):
         adapter = TextToolCallProvider(adapter)
     if usage is not None:
-        adapter = MeteredProvider(adapter, usage)
+        adapter = MeteredProvider(adapter, usage, estimate)
     return RetryingProvider(adapter, retry or RetryPolicy())

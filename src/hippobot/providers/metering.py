@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
 from hippobot.errors import ProviderError
-from hippobot.providers.base import ChatRequest, Provider, StreamEvent, Usage
+from hippobot.providers.base import (
+    ChatRequest,
+    Provider,
+    Restart,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+    Usage,
+)
 from hippobot.usage_ledger import UsageRecord
 
 __all__ = ["MeteredProvider", "UsageSink", "current_job", "usage_job"]
@@ -46,10 +54,18 @@ def usage_job(kind: str) -> Iterator[None]:
 class MeteredProvider:
     """Records each request's reported usage (or its failure) to ``sink``, off the event loop."""
 
-    def __init__(self, inner: Provider, sink: UsageSink) -> None:
+    def __init__(
+        self,
+        inner: Provider,
+        sink: UsageSink,
+        estimate: Callable[[ChatRequest], int] | None = None,
+    ) -> None:
         self.inner = inner
         self.sink = sink
         self.name = inner.name
+        # When the endpoint reports no usage (llama.cpp's server while streaming), the prompt is
+        # counted by ``estimate`` and completion tokens as characters / 4; ``reported`` says so.
+        self._estimate = estimate
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         return self._stream(request)
@@ -57,16 +73,21 @@ class MeteredProvider:
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         job = current_job()
         usage: Usage | None = None
+        produced = 0  # characters of text and tool calls, for the estimate
 
         def record(ok: bool) -> UsageRecord:
+            if usage is None and ok and self._estimate is not None:
+                prompt, completion = self._estimate(request), -(-produced // 4)
+            else:
+                prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
             return UsageRecord(
                 job=job,
                 provider=self.name,
                 model=request.model,
                 ok=ok,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
+                prompt_tokens=prompt,
                 cached_tokens=usage.cached_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
+                completion_tokens=completion,
                 reported=usage is not None,
             )
 
@@ -74,6 +95,12 @@ class MeteredProvider:
             async for ev in self.inner.stream(request):
                 if isinstance(ev, Usage):
                     usage = ev
+                elif isinstance(ev, TextDelta):
+                    produced += len(ev.text)
+                elif isinstance(ev, ToolCallEvent):
+                    produced += len(ev.name) + len(ev.arguments)
+                elif isinstance(ev, Restart):
+                    produced = 0
                 yield ev
         except ProviderError:
             await asyncio.to_thread(self.sink.record, record(False))
