@@ -8,6 +8,8 @@ import pytest
 
 from hippobot.errors import ProviderError
 from hippobot.memory.history import HistorySource
+from hippobot.providers import ChatRequest, Finish, TextDelta, collect
+from hippobot.providers.metering import MeteredProvider, usage_job
 from hippobot.providers.retry import RetryPolicy
 from hippobot.testing.cli import run_cli
 from hippobot.usage_ledger import UsageLedger, UsageRecord, format_table, summarise
@@ -64,3 +66,23 @@ def test_empty_or_torn_ledger_lines_are_skipped(tmp_path, hippobot_home):
     assert [r.day for r in summarise(ledger.read(), days=1)] == ["2026-12-01"]
     done = run_cli(["usage"], hippobot_home)
     assert done.returncode == 0 and "No model requests recorded yet" in done.stdout
+
+
+class _SilentEndpoint:
+    """An endpoint that streams a reply but reports no usage (llama.cpp's server does this)."""
+
+    name = "local"
+
+    async def stream(self, request):
+        yield TextDelta("Luna is your cat.")
+        yield Finish()
+
+
+async def test_an_endpoint_without_usage_is_counted_by_estimate(tmp_path):
+    ledger = UsageLedger(tmp_path / "usage.jsonl")
+    provider = MeteredProvider(_SilentEndpoint(), ledger, estimate=lambda request: 321)
+    with usage_job("dream"):
+        await collect(provider.stream(ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])))
+    (rec,) = ledger.read()
+    assert (rec.job, rec.prompt_tokens, rec.completion_tokens, rec.reported) == ("dream", 321, 5, False)
+    assert "estimates" in format_table(summarise([rec]))
