@@ -46,6 +46,8 @@ def calls(text: str) -> list[tuple[str, dict]]:
         '{"type": "function", "function": {"name": "read_file", "arguments": {"path": "USER.md"}}}',
         '{"tool_calls": [{"name": "read_file", "arguments": {"path": "USER.md"}}]}',
         '<function=read_file>{"path": "USER.md"}</function>',
+        '```xml\n<tool_call>{"name": "read_file", "arguments": {"path": "USER.md"}}</tool_call>\n```',
+        '```json\n{{"name": "read_file", "arguments": {"path": "USER.md"}}}\n```',
         'Let me check that file.\n```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```',
     ],
 )

@@ -193,6 +193,9 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
 def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
     """Calls in a fenced or tagged body: one JSON value, or several one after another."""
     body = body.strip()
+    if body.startswith(("<tool_call>", "<function=")):  # tags inside a fence
+        parsed = parse_blocks(body, offered)
+        return list(parsed[0]) if parsed is not None and not parsed[1].strip() else []
     found: list[TextToolCall] = []
     pos = 0
     while pos < len(body):
