@@ -68,6 +68,7 @@ class EvalOptions:
     max_tokens: int = 1024
     text_tool_calls: str = "auto"
     keep: Path | None = None
+    budget_s: float | None = None  # stop starting cases after this long (slow endpoints)
 
 
 @dataclass(slots=True)
@@ -110,6 +111,8 @@ class ScenarioResult:
     raw_tool_text_replies: int = 0
     tool_calls_in_questions: int = 0
     wall_s: float = 0.0
+    deadline: float | None = None
+    checkpoint: Callable[[], None] | None = None  # called after every case (partial results)
 
     def accuracy(self) -> float:
         return sum(f.answered for f in self.facts) / len(self.facts) if self.facts else 0.0
@@ -238,11 +241,33 @@ def _timed(stats: StageStats) -> Iterator[None]:
 
 async def _case(result: ScenarioResult, stage: str, case: str, work: Any) -> Any:
     """Await ``work``; a failure is recorded for this case and the run goes on."""
+    if result.deadline is not None and time.monotonic() > result.deadline:
+        work.close()
+        result.failures.append({"stage": stage, "case": case, "error": "not reached: --budget-s spent"})
+        return None
     try:
         return await work
     except Exception as exc:  # any failure of one case must not end the evaluation
         result.failures.append({"stage": stage, "case": case, "error": f"{type(exc).__name__}: {exc}"[:500]})
         return None
+    finally:
+        if result.checkpoint is not None:
+            result.checkpoint()
+
+
+def _tally(result: ScenarioResult, ledger: Any) -> None:
+    """Request and token counts per stage from the workspace's usage ledger."""
+    for stats in result.stages.values():
+        stats.requests = stats.failed_requests = stats.unreported = 0
+        stats.prompt_tokens = stats.cached_tokens = stats.completion_tokens = 0
+    for rec in ledger.read():
+        stats = result.stages[_JOB_STAGE.get(rec.job, "turns")]
+        stats.requests += 1
+        stats.failed_requests += 0 if rec.ok else 1
+        stats.unreported += 0 if (rec.reported or not rec.ok) else 1
+        stats.prompt_tokens += rec.prompt_tokens
+        stats.cached_tokens += rec.cached_tokens
+        stats.completion_tokens += rec.completion_tokens
 
 
 def _files_text(workspace: Path) -> str:
@@ -262,7 +287,13 @@ def _stale(fact: Fact, text: str) -> bool:
     )
 
 
-async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server_url: str | None) -> ScenarioResult:
+async def run_scenario(
+    scenario: Scenario,
+    opts: EvalOptions,
+    root: Path,
+    server_url: str | None,
+    progress: Callable[[ScenarioResult], None] | None = None,
+) -> ScenarioResult:
     from hippobot.agent.agent import Agent
     from hippobot.cli.onboard import onboard
     from hippobot.config import load_settings
@@ -275,6 +306,8 @@ async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server
 
     result = ScenarioResult(scenario.name)
     started = time.monotonic()
+    if opts.budget_s is not None:
+        result.deadline = started + opts.budget_s
     home = root / scenario.name
     workspace = home / "workspace"
     settings = load_settings(_build_env(opts, home, server_url), workspace=workspace)
@@ -295,6 +328,14 @@ async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server
     clock = SimClock()
     agent = Agent(settings, provider=provider, now=clock)
     stages = result.stages
+
+    def checkpoint() -> None:
+        _tally(result, ledger)
+        result.wall_s = time.monotonic() - started
+        if progress is not None:
+            progress(result)
+
+    result.checkpoint = checkpoint
     try:
         for n, session in enumerate(scenario.sessions, 1):
             clock.days_ago = session.days_ago
@@ -330,22 +371,23 @@ async def run_scenario(scenario: Scenario, opts: EvalOptions, root: Path, server
             result.facts.append(fr)
     finally:
         await agent.aclose(timeout=60)
-    for rec in ledger.read():
-        stats = stages[_JOB_STAGE.get(rec.job, "turns")]
-        stats.requests += 1
-        stats.failed_requests += 0 if rec.ok else 1
-        stats.unreported += 0 if (rec.reported or not rec.ok) else 1
-        stats.prompt_tokens += rec.prompt_tokens
-        stats.cached_tokens += rec.cached_tokens
-        stats.completion_tokens += rec.completion_tokens
+    result.checkpoint = None
+    _tally(result, ledger)
     result.wall_s = time.monotonic() - started
     return result
 
 
-async def run_eval(opts: EvalOptions) -> list[ScenarioResult]:
+async def run_eval(
+    opts: EvalOptions, progress: Callable[[list[ScenarioResult]], None] | None = None
+) -> list[ScenarioResult]:
     root = Path(tempfile.mkdtemp(prefix="hippobot-eval-")) if opts.keep is None else opts.keep
     root.mkdir(parents=True, exist_ok=True)
-    results = []
+    results: list[ScenarioResult] = []
+
+    def partial(current: ScenarioResult) -> None:
+        if progress is not None:
+            progress([*results, current])
+
     try:
         for name in opts.scenarios:
             scenario = SCENARIOS[name]
@@ -355,9 +397,9 @@ async def run_eval(opts: EvalOptions) -> list[ScenarioResult]:
                 model = ScriptedModel()
                 model.fallback = oracle(scenario)
                 with ScriptedServer(model) as server:
-                    results.append(await run_scenario(scenario, opts, root, server.base_url))
+                    results.append(await run_scenario(scenario, opts, root, server.base_url, partial))
             else:
-                results.append(await run_scenario(scenario, opts, root, None))
+                results.append(await run_scenario(scenario, opts, root, None, partial))
     finally:
         if opts.keep is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -413,6 +455,7 @@ def parse_args(argv: list[str] | None) -> tuple[EvalOptions, Path | None]:
     p.add_argument("--text-tool-calls", choices=("auto", "on", "off"), default="auto", help="agents.defaults.textToolCalls for the run")
     p.add_argument("--out", type=Path, help="JSON results file (default benchmarks/results/memory_eval-<target>.json)")
     p.add_argument("--keep", type=Path, help="keep the scenario workspaces in this directory")
+    p.add_argument("--budget-s", type=float, help="stop starting new cases after this many seconds (partial results)")
     a = p.parse_args(argv)
     if a.endpoint and a.settings:
         p.error("--endpoint and --settings exclude each other")
@@ -423,6 +466,7 @@ def parse_args(argv: list[str] | None) -> tuple[EvalOptions, Path | None]:
         target=target, endpoint=a.endpoint, model=a.model, api_key=a.api_key, provider=a.provider,
         scenarios=tuple(a.scenario or SCENARIOS), timeout=a.timeout, attempts=max(1, a.attempts),
         context_window=a.context_window, max_tokens=a.max_tokens, text_tool_calls=a.text_tool_calls, keep=a.keep,
+        budget_s=a.budget_s,
     )
     return opts, a.out
 
@@ -435,23 +479,30 @@ def main(argv: list[str] | None = None) -> int:
         "endpoint": f"{opts.model} at {opts.endpoint}",
         "settings": "the endpoint of the usual settings",
     }[opts.target] + f", textToolCalls={opts.text_tool_calls}"
-    started = time.monotonic()
+    started, started_at = time.monotonic(), datetime.now().astimezone().isoformat(timespec="seconds")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(results: list[ScenarioResult], *, done: bool) -> None:
+        data = {
+            "meta": {
+                "target": opts.target, "endpoint": opts.endpoint, "model": opts.model, "label": label,
+                "text_tool_calls": opts.text_tool_calls, "context_window": opts.context_window,
+                "max_tokens": opts.max_tokens, "complete": done,
+                "started": started_at,
+                "wall_s": round(time.monotonic() - started, 1),
+            },
+            "scenarios": [r.to_dict() for r in results],
+        }
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(out)
+
     try:
-        results = asyncio.run(run_eval(opts))
+        results = asyncio.run(run_eval(opts, lambda partial: write(partial, done=False)))
     except Exception as exc:  # e.g. no model configured for --settings
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    data = {
-        "meta": {
-            "target": opts.target, "endpoint": opts.endpoint, "model": opts.model, "label": label,
-            "text_tool_calls": opts.text_tool_calls, "context_window": opts.context_window,
-            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "wall_s": round(time.monotonic() - started, 1),
-        },
-        "scenarios": [r.to_dict() for r in results],
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write(results, done=True)
     sys.stdout.write(format_table(results, label) + f"\n\nJSON: {out}\n")
     return 1 if any(r.failures for r in results) else 0
 

@@ -89,4 +89,14 @@ PROJECTS = Scenario(
     ),
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (CORE, PROJECTS)}
+# The smallest full pipeline (one session, two facts): for endpoints too slow for "core".
+MINI = Scenario(
+    name="mini",
+    sessions=(Session(3, ("Please remember that I work at Initech as a nurse.", "My cat is called Luna.")),),
+    facts=(
+        Fact("work", "remember", "Where do I work?", (("initech",),)),
+        Fact("cat", "planted", "What is my cat called?", (("luna",),)),
+    ),
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (CORE, PROJECTS, MINI)}
