@@ -68,3 +68,14 @@ async def test_a_slow_or_malformed_answer_fails_one_case_and_the_run_goes_on(tmp
     # A failed turn still keeps the user's message, so even the name and the job (said in the
     # two failed turns) were archived and are answered in the end: nothing was lost.
     assert all(f.answered for f in result.facts), result.facts
+
+
+def test_a_spent_time_budget_reports_the_cases_not_reached(tmp_path):
+    out = tmp_path / "budget.json"
+    assert main(["--scenario", "mini", "--budget-s", "0", "--out", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert data["meta"]["complete"] is True
+    (mini,) = data["scenarios"]
+    assert {f["error"] for f in mini["failures"]} == {"not reached: --budget-s spent"}
+    assert [f["stage"] for f in mini["failures"]].count("questions") == mini["facts_total"]
+    assert mini["stages"]["turns"]["requests"] == 0
