@@ -59,7 +59,17 @@ NANOBOT_ONLY: _NanobotTree = {
         "maxSessionMessagesPerMinute": None,
         "webuiAllowLocalServiceAccess": None,
         "webuiAllowRemotePackageInstall": None,
-        "exec": {"enable": None, "pathAppend": None, "sandbox": None, "allowedEnvKeys": None},
+        "exec": {
+            "enable": None,
+            "pathAppend": None,
+            "pathPrepend": None,
+            "sandbox": None,
+            "sandboxRoBinds": None,
+            "sandboxRwBinds": None,
+            "allowPatterns": None,
+            "denyPatterns": None,
+            "allowedEnvKeys": None,
+        },
     },
     "*provider": {
         "displayName": None,
@@ -141,7 +151,27 @@ def walk_keys(data: Mapping[str, Any], model: type[BaseModel]) -> KeyReport:
     unknown: list[tuple[str, str | None]] = []
     nanobot: list[str] = []
     _walk(data, model, "", NANOBOT_ONLY, unknown, nanobot)
-    return KeyReport(tuple(unknown), tuple(nanobot))
+    return KeyReport(tuple(unknown), _collapse_providers(nanobot))
+
+
+def _collapse_providers(paths: list[str]) -> tuple[str, ...]:
+    """``providers.a.apiType, providers.b.apiType`` -> ``providers.*.apiType`` (nanobot writes
+    every provider's defaults into its file)."""
+    by_leaf: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split(".")
+        if len(parts) == 3 and parts[0] == "providers":
+            by_leaf.setdefault(parts[2], []).append(path)
+    out: list[str] = []
+    for path in paths:
+        parts = path.split(".")
+        if len(parts) == 3 and parts[0] == "providers" and len(by_leaf[parts[2]]) > 1:
+            star = f"providers.*.{parts[2]}"
+            if star not in out:
+                out.append(star)
+        else:
+            out.append(path)
+    return tuple(out)
 
 
 def _walk(

@@ -16,6 +16,7 @@ __all__ = [
     "Config",
     "DreamConfig",
     "ExecConfig",
+    "ModelPreset",
     "ProviderConfig",
     "ServeConfig",
     "ToolsConfig",
@@ -23,7 +24,9 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="allow", allow_inf_nan=False
+    )
 
 
 class DreamConfig(_Model):
@@ -45,11 +48,24 @@ class DreamConfig(_Model):
     """History entries per Dream batch (batches repeat until nothing is pending)."""
 
 
+class ModelPreset(_Model):
+    """A named model setup (nanobot's ``modelPresets``); unset fields take nanobot's defaults."""
+
+    model: str
+    provider: str = "auto"
+    max_tokens: int = Field(8192, ge=1)
+    context_window_tokens: int = Field(200_000, ge=0)
+    temperature: float | None = 0.1
+
+
 class AgentDefaults(_Model):
+    model_preset: str | None = None
+    """Name of an entry under ``modelPresets`` that sets model, provider, contextWindowTokens,
+    maxTokens and temperature (it wins over those keys here)."""
     model: str = ""
     """Model name as the endpoint knows it, e.g. ``gpt-4o-mini`` or ``claude-sonnet-4-5``."""
     provider: str | None = None
-    """Name of the entry under ``providers`` to use (inferred when omitted)."""
+    """Name of the entry under ``providers`` to use (inferred when omitted or ``auto``)."""
     workspace: str | None = None
     """Workspace directory (default ``<home>/workspace``)."""
     max_tokens: int = Field(8192, ge=1)
@@ -72,7 +88,9 @@ class AgentDefaults(_Model):
     """Fraction of the input budget consolidation shrinks the prompt to."""
     max_tool_result_chars: int = Field(16_000, ge=500)
     """Tool results longer than this are stored truncated with a marker."""
-    max_history_messages: int = Field(0, ge=0)
+    max_history_messages: int = Field(
+        0, ge=0, validation_alias=AliasChoices("maxHistoryMessages", "maxMessages")
+    )
     """Cap on replayed messages (0 = only the token budget applies)."""
     bootstrap_max_chars: int = Field(20_000, ge=1000)
     """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
@@ -115,6 +133,8 @@ class Config(_Model):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    model_presets: dict[str, ModelPreset] = Field(default_factory=dict)
+    """Named model setups; ``agents.defaults.modelPreset`` picks one."""
 
     @field_validator("providers", mode="before")
     @classmethod
