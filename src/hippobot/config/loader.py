@@ -214,16 +214,16 @@ def _check_values(config: Config, path: Path, text: str) -> None:
             f"contextWindowTokens {window}; make maxTokens smaller than the window",
             path=str(path), line=_line_of_key(text, ("maxTokens",)),
         )
-    for name, preset in config.model_presets.items():
-        if preset.context_window_tokens and preset.max_tokens >= preset.context_window_tokens:
+    for name, entry in config.model_presets.items():
+        if entry.context_window_tokens and entry.max_tokens >= entry.context_window_tokens:
             raise ConfigError(
-                f"key modelPresets.{name}.maxTokens: {preset.max_tokens} is not smaller than "
-                f"its contextWindowTokens {preset.context_window_tokens}",
+                f"key modelPresets.{name}.maxTokens: {entry.max_tokens} is not smaller than "
+                f"its contextWindowTokens {entry.context_window_tokens}",
                 path=str(path), line=_line_of_key(text, (name,)),
             )
     cron = defaults.dream.cron
     if cron:
-        from croniter import croniter
+        from croniter import croniter  # type: ignore[import-untyped]
 
         if not croniter.is_valid(cron):
             raise ConfigError(

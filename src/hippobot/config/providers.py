@@ -172,11 +172,11 @@ def match_provider(model: str, providers: Mapping[str, ProviderConfig]) -> str |
         if found is not None and found[1].api_key and spec.backend != "unsupported":
             return found[0]
     for key, conf in providers.items():
-        spec = find_spec(key)
+        known = find_spec(key)
         # nanobot stops before ``custom`` here; an endpoint the user configured is a better
         # answer than "no model configured".
-        if (spec is None and (conf.api_base or conf.api_key)) or (
-            spec is not None and spec.direct and spec.backend != "unsupported" and conf.api_base
+        if (known is None and (conf.api_base or conf.api_key)) or (
+            known is not None and known.direct and known.backend != "unsupported" and conf.api_base
         ):
             return key
     return None
