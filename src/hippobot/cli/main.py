@@ -191,10 +191,11 @@ def serve(
     run_server(settings, host=host, port=port)
 
 
-from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402  (registers commands)
+from hippobot.cli import import_cmd as _import_cmd  # noqa: E402  (registers commands)
+from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 
-__all__ += ["_memory_cmds", "_sessions_cmds"]
+__all__ += ["_import_cmd", "_memory_cmds", "_sessions_cmds"]
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel
 
-__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "normalise_key", "walk_keys"]
+__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "known_subset", "normalise_key", "walk_keys"]
 
 # nanobot's config keys (0.2.x and 0.3.x) that hippobot does not use, as a tree: a leaf
 # (None) covers the key and everything under it. camelCase, as nanobot writes them.
@@ -225,3 +225,28 @@ def drop_nulls(data: Any) -> Any:
     if isinstance(data, list):
         return [drop_nulls(v) for v in data]
     return data
+
+
+def known_subset(data: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """The part of ``data`` the schema reads, with the user's spelling kept (for writing a
+    config translated from nanobot's: hippobot's keys only, nothing it would warn about)."""
+    names = _field_names(model)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        field_name = names.get(normalise_key(key))
+        if field_name is None or value is None:
+            continue
+        nested = _nested(model.model_fields[field_name].annotation)
+        if nested is not None and isinstance(value, Mapping):
+            kind, sub_model = nested
+            if kind == "model":
+                out[key] = known_subset(value, sub_model)
+            else:
+                out[key] = {
+                    name: known_subset(item, sub_model)
+                    for name, item in value.items()
+                    if isinstance(item, Mapping)
+                }
+        else:
+            out[key] = value
+    return out

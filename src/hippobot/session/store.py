@@ -34,7 +34,7 @@ from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
-from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
+from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
 from hippobot.session.model import Session, normalise_offset
 from hippobot.session.records import (
     DEFAULT_META,
@@ -253,11 +253,16 @@ class JsonlSessionStore:
 
     def load(self, key: str) -> Session | None:
         path = self.path_for(key)
+        legacy = self._legacy.lookup(key)
         if not path.exists():
-            legacy = self._legacy.lookup(key)
-            migrated = self._migrate(key, legacy) if legacy else None
-            if migrated is not None or not path.exists():
-                return migrated
+            # Reading never writes: the first append or meta save creates the canonical file.
+            if legacy is None:
+                return None
+            with _storage_errors(legacy, "read"):
+                try:
+                    return read_legacy(legacy, key)
+                except FileNotFoundError:
+                    return None
         with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
                 handle = path.open("rb")
@@ -282,7 +287,351 @@ class JsonlSessionStore:
             session.updated_at = parsed.last_time or created
             self._quarantine(path, parsed.corrupt)
             self._track(session, stat.st_ino, len(data), meta_state(session))
-            return session
+        if legacy is not None:
+            warn_if_shadowed(key, legacy, session.metadata, path)
+        return session
+
+    def refresh(self, session: Session) -> int:
+        path = self.path_for(session.key)
+        with self._locked(session.key, reading=True), _storage_errors(path, "read"):
+            return self._sync(session, pending=0, adopt_meta=True, full_ok=True)
+
+    def _sync(self, session: Session, *, pending: int, adopt_meta: bool, full_ok: bool) -> int:
+        """Read what was written since we last looked (lock held); ``pending`` tail
+        messages of ``session`` are not on disk yet and stay last."""
+        path = self.path_for(session.key)
+        tracked = self._get_tracked(session)
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return 0
+        with handle:
+            stat = os.fstat(handle.fileno())
+            same_file = (
+                tracked is not None
+                and tracked.inode == stat.st_ino
+                and stat.st_size >= tracked.offset
+            )
+            if same_file and tracked is not None:
+                start = tracked.offset
+                if stat.st_size == start:
+                    return 0
+                handle.seek(start)
+            elif full_ok:
+                start = 0  # new to us, or replaced/truncated by someone else: read it all
+            else:
+                return 0
+            data = handle.read()
+        if not data:  # an empty file: the next write puts the whole session in it
+            return 0
+        parsed = parse(data, at_start=start == 0)
+        if start == 0:
+            check_format(parsed.header, path)
+        baseline = tracked.meta if tracked else DEFAULT_META
+        untouched = meta_state(session) == baseline
+        cut = len(session.messages) - pending
+        before = cut
+        if start == 0:
+            session.messages[:cut] = parsed.messages
+            created = (parsed.header or {}).get("created_at")
+            if isinstance(created, str):
+                session.created_at = created
+        else:
+            session.messages[cut:cut] = parsed.messages
+        added = max(0, len(session.messages) - pending - before)
+        session.last_consolidated = normalise_offset(
+            session.last_consolidated, len(session.messages)
+        )
+        meta = baseline
+        if parsed.meta and adopt_meta and untouched:
+            apply_meta(session, parsed.meta)
+            meta = meta_state(session)
+        if parsed.last_time:
+            session.updated_at = later(session.updated_at, parsed.last_time)
+        self._quarantine(path, parsed.corrupt)
+        self._track(session, stat.st_ino, start + len(data), meta)
+        return added
+
+    def _quarantine(self, path: Path, lines: Sequence[bytes]) -> None:
+        """Copy unreadable lines to ``<file>.corrupt`` once each; warn once per call."""
+        if not lines:
+            return
+        target = self._corrupt_path(path)
+        try:
+            known = set(target.read_bytes().split(b"\n")) if target.exists() else set()
+            fresh = list(dict.fromkeys(line for line in lines if line not in known))
+            if fresh:
+                with target.open("ab") as handle:
+                    handle.write(b"".join(line + b"\n" for line in fresh))
+        except OSError as exc:
+            logger.warning("%s: %d unreadable line(s) skipped; could not copy them to %s: %s",
+                           path, len(lines), target.name, exc)
+            return
+        if fresh:
+            logger.warning("%s: skipped %d unreadable line(s); copies kept in %s",
+                           path, len(fresh), target.name)
+        else:
+            logger.debug("%s: skipped %d line(s) already in %s", path, len(lines), target.name)
+
+    # -- writing --
+
+    def append(self, session: Session, messages: Sequence[Message]) -> None:
+        batch = list(messages)
+        if not batch:
+            return
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            self._sync(session, pending=len(batch), adopt_meta=True, full_ok=True)
+            self._append_locked(session, b"".join(encode(dict(m)) for m in batch), meta=False)
+
+    def save_meta(self, session: Session) -> None:
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            self._sync(session, pending=0, adopt_meta=False, full_ok=True)
+            self._append_locked(session, encode(meta_record(session)), meta=True)
+
+    def _append_locked(self, session: Session, body: bytes, *, meta: bool) -> None:
+        """One ``os.write`` at the end of the file; an empty file gets the whole session."""
+        path = self.path_for(session.key)
+        fd = _open_creating_dirs(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            stat = os.fstat(fd)
+            if stat.st_size == 0:
+                data = snapshot(session, with_meta=meta)
+            elif _last_byte(fd, stat.st_size) != b"\n":
+                data = b"\n" + body  # isolate a torn last line instead of extending it
+            else:
+                data = body
+            _write_all(fd, data, stat.st_size)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        tracked = self._get_tracked(session)
+        # After a whole-session write (empty file) or a meta record, disk == memory.
+        keep = tracked is not None and not meta and stat.st_size > 0
+        state = tracked.meta if keep and tracked is not None else meta_state(session)
+        self._track(session, stat.st_ino, stat.st_size + len(data), state)
+
+    def rewrite(self, session: Session) -> None:
+        path = self.path_for(session.key)
+        with self._locked(session.key), _storage_errors(path):
+            # Keep lines other processes appended meanwhile; the caller's content wins otherwise.
+            self._sync(session, pending=0, adopt_meta=False, full_ok=False)
+            data = snapshot(session, with_meta=True)
+            inode = self._replace(path, data)
+            self._track(session, inode, len(data), meta_state(session))
+
+    def _replace(self, path: Path, data: bytes) -> int:
+        temp = path.with_name(f".tmp-{secrets.token_hex(8)}")
+        try:
+            fd = _open_creating_dirs(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                _write_all(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+        return os.stat(path).st_ino
+
+    def delete(self, key: str) -> bool:
+        """Remove the session; ``True`` if something was removed."""
+        ...
+
+    def refresh(self, session: Session) -> int:
+        """Apply what other writers stored since; returns the number of new messages."""
+        ...
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every stored session, most recently updated first."""
+        ...
+
+
+def _mtime_iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="milliseconds")
+
+
+def _sort_key(info: SessionInfo) -> float:
+    moment = as_datetime(info.updated_at)
+    return moment.timestamp() if moment else 0.0
+
+
+# --- JSONL store ------------------------------------------------------------------
+
+
+@dataclass
+class _Tracked:
+    """What this store last saw of a session's file: which file, how far, which meta."""
+
+    inode: int
+    offset: int
+    meta: dict[str, Any]
+
+
+@contextmanager
+def _storage_errors(path: Path, verb: str = "write") -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StorageError(
+            f"cannot {verb} {path}: {reason}; the file was left unchanged"
+        ) from exc
+
+
+def _write_all(fd: int, data: bytes, restore_size: int) -> None:
+    """Write ``data`` (normally in one ``os.write``); on failure cut back to ``restore_size``."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            count = os.write(fd, view[written:])
+            if count <= 0:
+                raise OSError(5, "short write")
+            written += count
+    except OSError:
+        try:
+            os.ftruncate(fd, restore_size)
+        except OSError as exc:
+            logger.error("could not undo a partial write (fd %d): %s", fd, exc)
+        raise
+
+
+def _last_byte(fd: int, size: int) -> bytes:
+    os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND still sends writes to the end
+    return os.read(fd, 1)
+
+
+def _open_creating_dirs(path: Path, flags: int) -> int:
+    """``os.open`` that creates missing parent directories (only when they are missing)."""
+    flags |= getattr(os, "O_BINARY", 0)  # no newline translation on Windows
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # directories cannot be opened on every platform
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories (EINVAL); the data is written
+    finally:
+        os.close(fd)
+
+
+class JsonlSessionStore:
+    """Sessions as files under ``<workspace>/sessions/`` (format in the module docstring).
+
+    Thread- and process-safe per key: every read-modify step holds the key's file lock.
+    Callers must not run two operations on the *same Session object* at once (the
+    :class:`~hippobot.session.manager.SessionManager` serialises them).
+    """
+
+    def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
+        self.workspace = Path(workspace)
+        self.root = self.workspace / SESSIONS_DIR
+        self._locks_dir = self.workspace / ".hippobot" / "locks"
+        self._fsync = fsync
+        self._legacy = LegacyIndex(self.root)
+        self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._guard = threading.Lock()
+
+    # -- paths and locks --
+
+    def path_for(self, key: str) -> Path:
+        return self.workspace / key_to_relpath(key)
+
+    def _corrupt_path(self, path: Path) -> Path:
+        return path.with_name(path.name + ".corrupt")
+
+    @contextmanager
+    def _locked(self, key: str, *, reading: bool = False) -> Iterator[None]:
+        """Hold the session's cross-process lock.
+
+        A reader on a workspace it cannot write (read-only disk or permissions) reads without
+        the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
+        so such a read is still consistent.
+        """
+        relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
+        lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
+        stack = ExitStack()
+        try:
+            stack.enter_context(locked(lock_path, timeout=LOCK_TIMEOUT_S))
+        except LockTimeout:
+            raise StorageError(
+                f"timed out waiting for {lock_path}: another hippobot process holds it"
+            ) from None
+        except OSError as exc:
+            if reading and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                yield
+                return
+            raise StorageError(
+                f"cannot lock {lock_path}: {exc.strerror or exc}; the file was left unchanged"
+            ) from exc
+        with stack:
+            yield
+
+    def _get_tracked(self, session: Session) -> _Tracked | None:
+        with self._guard:
+            return self._tracked.get(session)
+
+    def _track(self, session: Session, inode: int, offset: int, meta: dict[str, Any]) -> None:
+        with self._guard:
+            self._tracked[session] = _Tracked(inode, offset, meta)
+
+    # -- reading --
+
+    def load(self, key: str) -> Session | None:
+        path = self.path_for(key)
+        legacy = self._legacy.lookup(key)
+        if not path.exists():
+            # Reading never writes: the first append or meta save creates the canonical file.
+            if legacy is None:
+                return None
+            with _storage_errors(legacy, "read"):
+                try:
+                    return read_legacy(legacy, key)
+                except FileNotFoundError:
+                    return None
+        with self._locked(key, reading=True), _storage_errors(path, "read"):
+            try:
+                handle = path.open("rb")
+            except FileNotFoundError:
+                return None
+            with handle:
+                stat = os.fstat(handle.fileno())
+                data = handle.read()
+            parsed = parse(data, at_start=True)
+            check_format(parsed.header, path)
+            header = parsed.header or {}
+            first_time = next(
+                (m["timestamp"] for m in parsed.messages if isinstance(m.get("timestamp"), str)),
+                None,
+            )
+            created = header.get("created_at")
+            if not isinstance(created, str):
+                created = first_time or _mtime_iso(stat.st_mtime)
+            session = Session(key=key, messages=parsed.messages, created_at=created)
+            if parsed.meta:
+                apply_meta(session, parsed.meta)
+            session.updated_at = parsed.last_time or created
+            self._quarantine(path, parsed.corrupt)
+            self._track(session, stat.st_ino, len(data), meta_state(session))
+        if legacy is not None:
+            warn_if_shadowed(key, legacy, session.metadata, path)
+        return session
 
     def refresh(self, session: Session) -> int:
         path = self.path_for(session.key)
@@ -510,7 +859,11 @@ class JsonlSessionStore:
                 if key is not None and (info := self._info(key, path, legacy=False)):
                     infos[key] = info
         for key, path in self._legacy.entries().items():
-            if key not in infos and (info := self._info(key, path, legacy=True)):
+            if key in infos:
+                meta = parse(infos[key].path.read_bytes(), at_start=True).meta or {}
+                metadata = meta.get("metadata")
+                warn_if_shadowed(key, path, metadata if isinstance(metadata, dict) else {}, infos[key].path)
+            elif info := self._info(key, path, legacy=True):
                 infos[key] = info
         return sorted(infos.values(), key=_sort_key, reverse=True)
 
