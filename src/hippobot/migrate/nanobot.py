@@ -373,7 +373,7 @@ def _import_git(home: NanobotHome, workspace: Path, report: ImportReport) -> Non
     try:
         commits = len(GitStore(workspace).log(limit=10_000))
         report.brought.append(f"memory history ({commits} commits, from {src})")
-    except Exception as exc:  # noqa: BLE001 - reported, the copy is still there
+    except Exception as exc:
         report.brought.append(f"memory history (copied, but it does not read: {exc})")
 
 
