@@ -85,3 +85,15 @@ def test_a_config_with_unknown_keys_does_not_stop_any_command(tmp_path):
         assert "Traceback" not in out.stderr
         assert "unknown key agents.defaults.maxTokenz ignored; did you mean maxTokens?" in out.stderr
         assert out.stderr.count("not used by hippobot") == 1
+
+
+def test_nanobot_preset_and_provider_extras_are_known_and_collapsed(tmp_path):
+    path = write(tmp_path / "config.json", {
+        "modelPresets": {"a": {"model": "m", "reasoningEffort": "low"}, "b": {"model": "n", "reasoningEffort": None}},
+        "providers": {"openai": {"apiType": "auto"}, "groq": {"apiType": "auto"}, "ollama": {"proxy": "x"}},
+    })
+    _config, warnings = load_config(path)
+    assert warnings == [
+        f"{path}: nanobot settings not used by hippobot (ignored): modelPresets.a.reasoningEffort, "
+        "providers.*.apiType, providers.ollama.proxy"
+    ]

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from hippobot.testing.cli import run_cli
+
 from .conftest import FIXTURES, snapshot_tree
 
 SECRET = "sk-fixture-not-a-real-key-0000"

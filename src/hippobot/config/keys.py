@@ -71,6 +71,7 @@ NANOBOT_ONLY: _NanobotTree = {
             "allowedEnvKeys": None,
         },
     },
+    "*preset": {"reasoningEffort": None},
     "*provider": {
         "displayName": None,
         "apiType": None,
@@ -82,6 +83,10 @@ NANOBOT_ONLY: _NanobotTree = {
         "profile": None,
     },
 }
+
+
+# Fields holding named entries, and the part of NANOBOT_ONLY that describes one entry.
+_ITEM_TREES = {"providers": "*provider", "model_presets": "*preset"}
 
 
 def normalise_key(key: str) -> str:
@@ -160,13 +165,13 @@ def _collapse_providers(paths: list[str]) -> tuple[str, ...]:
     by_leaf: dict[str, list[str]] = {}
     for path in paths:
         parts = path.split(".")
-        if len(parts) == 3 and parts[0] == "providers":
-            by_leaf.setdefault(parts[2], []).append(path)
+        if len(parts) == 3 and parts[0] in ("providers", "modelPresets"):
+            by_leaf.setdefault(f"{parts[0]}.{parts[2]}", []).append(path)
     out: list[str] = []
     for path in paths:
         parts = path.split(".")
-        if len(parts) == 3 and parts[0] == "providers" and len(by_leaf[parts[2]]) > 1:
-            star = f"providers.*.{parts[2]}"
+        if len(parts) == 3 and len(by_leaf.get(f"{parts[0]}.{parts[2]}", ())) > 1:
+            star = f"{parts[0]}.*.{parts[2]}"
             if star not in out:
                 out.append(star)
         else:
@@ -200,7 +205,7 @@ def _walk(
         if kind == "model":
             _walk(value, sub_model, f"{path}.", nb_sub, unknown, nanobot)
         else:
-            item_tree = _nanobot_child(nb_tree, "*provider")[1] if field_name == "providers" else None
+            item_tree = _nanobot_child(NANOBOT_ONLY, _ITEM_TREES.get(field_name, ""))[1]
             for name, item in value.items():
                 if isinstance(item, Mapping):
                     _walk(item, sub_model, f"{path}.{name}.", item_tree, unknown, nanobot)
