@@ -296,6 +296,9 @@ def _import_workspace_files(home: NanobotHome, workspace: Path, report: ImportRe
     for rel, why in NOT_USED.items():
         if (src_ws / rel).exists():
             report.skipped.append(f"{rel} ({why})")
+    jobs = home.root / "cron" / "jobs.json"
+    if jobs.is_file() and jobs.stat().st_size > 0:
+        report.skipped.append(f"scheduled jobs in {jobs} (hippobot does not run nanobot's cron jobs)")
 
 
 # --- memory history (git) -----------------------------------------------------------
