@@ -14,6 +14,16 @@ from .conftest import FIXTURES, snapshot_tree
 SECRET = "sk-fixture-not-a-real-key-0000"
 
 
+def without_idle_compaction(home):
+    """The import carries nanobot's ``idleCompactAfterMinutes: 15``, and the fixture's chats
+    are older than that, so the next turn would archive them first; these tests look at the
+    replayed messages themselves."""
+    path = home / "config.json"
+    data = json.loads(path.read_text())
+    data["agents"]["defaults"]["idleCompactAfterMinutes"] = 0
+    path.write_text(json.dumps(data))
+
+
 def test_must_show_a_nanobot_0_3_5_home_carries_on_in_hippobot(
     nanobot_home, hippobot_home, scripted_server, scripted_model
 ):
@@ -33,6 +43,7 @@ def test_must_show_a_nanobot_0_3_5_home_carries_on_in_hippobot(
     keys = [line.split()[0] for line in listed.stdout.splitlines()]
     assert keys == ["cli:direct", "telegram:4242"]
 
+    without_idle_compaction(hippobot_home)
     scripted_model.reply("Lavender honey, then.")
     chat = run_cli(["agent", "-s", "cli:direct", "-m", "Which honey did we talk about?"],
                    hippobot_home, scripted_server)
@@ -112,6 +123,7 @@ def test_a_session_both_sides_continued_is_kept_and_reported(
 ):
     source = nanobot_home("0.3.5")
     run_cli(["import", "nanobot", str(source)], hippobot_home)
+    without_idle_compaction(hippobot_home)
     scripted_model.reply("ok")
     assert run_cli(["agent", "-s", "telegram:4242", "-m", "hippobot turn"], hippobot_home, scripted_server).returncode == 0
     session_file = next(source.glob("sessions/*/dGVsZWdyYW06NDI0Mg.jsonl"))
@@ -167,3 +179,20 @@ def test_a_folder_that_is_no_nanobot_home_is_one_clear_line(tmp_path, hippobot_h
     out = run_cli(["import", "nanobot", str(target)], hippobot_home)
     assert out.returncode == 1
     assert out.stderr.startswith("error: no nanobot home at") and out.stderr.count("\n") == 1
+
+
+def test_nanobots_idle_compaction_setting_is_carried_and_archives_the_old_chat_first(
+    nanobot_home, hippobot_home, scripted_server, scripted_model
+):
+    source = nanobot_home("0.3.5")
+    run_cli(["import", "nanobot", str(source)], hippobot_home)
+    assert json.loads((hippobot_home / "config.json").read_text())["agents"]["defaults"][
+        "idleCompactAfterMinutes"] == 15
+    # The fixture's chat is older than 15 minutes: the next turn archives it, then answers.
+    scripted_model.reply("- [durable] Ada asked about honey recipes").reply("Welcome back.")
+    out = run_cli(["agent", "-s", "cli:direct", "-m", "Hello again"], hippobot_home, scripted_server)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "Welcome back.\n"
+    history = (hippobot_home / "workspace" / "memory" / "history.jsonl").read_text()
+    assert "Ada asked about honey recipes" in history
+    assert "Ada asked about honey recipes" in json.dumps(scripted_model.requests[-1].messages)
