@@ -499,11 +499,13 @@ class JsonlSessionStore:
                     infos[key] = info
         for key, path in self._legacy.entries().items():
             if key in infos:
-                meta = parse(infos[key].path.read_bytes(), at_start=True).meta or {}
-                metadata = meta.get("metadata")
-                warn_if_shadowed(
-                    key, path, metadata if isinstance(metadata, dict) else {}, infos[key].path
-                )
+                ours = infos[key].path
+                if ours is not None:
+                    meta = parse(ours.read_bytes(), at_start=True).meta or {}
+                    metadata = meta.get("metadata")
+                    warn_if_shadowed(
+                        key, path, metadata if isinstance(metadata, dict) else {}, ours
+                    )
             elif info := self._info(key, path, legacy=True):
                 infos[key] = info
         return sorted(infos.values(), key=_sort_key, reverse=True)
