@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel
 
-__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "known_subset", "normalise_key", "walk_keys"]
+__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "group_paths", "known_subset", "normalise_key", "walk_keys"]
 
 # nanobot's config keys (0.2.x and 0.3.x) that hippobot does not use, as a tree: a leaf
 # (None) covers the key and everything under it. camelCase, as nanobot writes them.
@@ -255,3 +255,20 @@ def known_subset(data: Mapping[str, Any], model: type[BaseModel]) -> dict[str, A
         else:
             out[key] = value
     return out
+
+
+def group_paths(paths: tuple[str, ...] | list[str]) -> str:
+    """``a.b.x, a.b.y, c`` -> ``a.b.{x, y}, c``: one short line for many sibling keys."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        parent, _, leaf = path.rpartition(".")
+        groups.setdefault(parent, []).append(leaf)
+    parts = []
+    for parent, leaves in groups.items():
+        if not parent:
+            parts += leaves
+        elif len(leaves) == 1:
+            parts.append(f"{parent}.{leaves[0]}")
+        else:
+            parts.append(f"{parent}.{{{', '.join(leaves)}}}")
+    return ", ".join(parts)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from hippobot.config.keys import KeyReport, drop_nulls, walk_keys
+from hippobot.config.keys import KeyReport, drop_nulls, group_paths, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import Config, ProviderConfig
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
@@ -253,7 +253,7 @@ def key_warnings(path: Path, report: KeyReport) -> list[str]:
     if report.nanobot_only:
         lines.append(
             f"{path}: nanobot settings not used by hippobot (ignored): "
-            + ", ".join(report.nanobot_only)
+            + group_paths(report.nanobot_only)
         )
     return lines
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hippobot.config import Settings
-from hippobot.config.keys import drop_nulls, known_subset, walk_keys
+from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_keys
 from hippobot.config.loader import load_config, strip_json_comments
 from hippobot.config.schema import Config
 from hippobot.errors import ConfigError, UserError
@@ -198,7 +198,7 @@ def _import_config(home: NanobotHome, settings: Settings, report: ImportReport) 
     )
     if unused.nanobot_only:
         report.skipped.append(
-            "nanobot settings hippobot does not use: " + ", ".join(unused.nanobot_only)
+            "nanobot settings hippobot does not use: " + group_paths(unused.nanobot_only)
         )
 
 
