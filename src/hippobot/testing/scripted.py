@@ -93,6 +93,11 @@ class ScriptedCall:
 class _Reply:
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
+    finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
+
+    def finish(self) -> str:
+        """The OpenAI finish reason this reply reports."""
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +164,9 @@ class ScriptedModel:
             self._queue.append(step)
         return self
 
-    def reply(self, text: str) -> ScriptedModel:
-        """Queue a plain text answer."""
-        return self._push(_Reply(text=text))
+    def reply(self, text: str, *, finish_reason: str | None = None) -> ScriptedModel:
+        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short."""
+        return self._push(_Reply(text=text, finish_reason=finish_reason))
 
     def reply_tool_call(
         self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = ""
@@ -311,6 +316,8 @@ class ScriptedProvider:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
         }
+        if request.stop:
+            raw["stop"] = list(request.stop)
         recorded = RecordedRequest(
             messages=raw["messages"],
             tools=raw["tools"],
@@ -341,4 +348,5 @@ class ScriptedProvider:
         for call in plan.reply.tool_calls:
             yield ToolCallEvent(call.id, call.name, call.arguments)
         yield plan.usage
-        yield Finish("tool_calls" if plan.reply.tool_calls else "stop")
+        finish = plan.reply.finish()
+        yield Finish("length" if finish == "length" else "tool_calls" if finish == "tool_calls" else "stop")
