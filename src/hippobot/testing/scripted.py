@@ -308,7 +308,7 @@ class ScriptedProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        raw = {
+        raw: dict[str, Any] = {
             "model": request.model,
             "messages": copy.deepcopy(request.messages),
             "tools": copy.deepcopy(request.tools),
