@@ -153,7 +153,7 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
-        self._usage: Usage | None = None
+        self._usage: deque[Usage] = deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -203,9 +203,10 @@ class ScriptedModel:
     def usage(
         self, *, prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0
     ) -> ScriptedModel:
-        """Report these token counts with the next reply the model serves."""
+        """Report these token counts with the next reply the model serves (called several
+        times, with that many replies, in order)."""
         with self._lock:
-            self._usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
+            self._usage.append(Usage(prompt_tokens, completion_tokens, cached_tokens))
         return self
 
     def pending(self) -> int:
@@ -241,7 +242,7 @@ class ScriptedModel:
                 return Plan(step, following or _CUT_FILLER, Usage())
             if not isinstance(step, _Reply):
                 return Plan(step, _Reply(), Usage())
-            usage, self._usage = self._usage, None
+            usage = self._usage.popleft() if self._usage else None
         return Plan(step, step, usage or estimate_usage(request, step))
 
 
