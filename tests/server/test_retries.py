@@ -153,3 +153,21 @@ def test_a_client_that_says_nothing_about_retries_is_deduplicated_within_seconds
     assert first.json()["choices"][0]["message"]["content"] == "Stored once."
     assert second.json() == first.json()
     assert users_of(srv, "api:plain") == [ASK[0]["content"]]
+
+
+def test_once_the_conversation_moved_on_a_retry_of_old_words_is_a_new_turn(serve, scripted_model):
+    srv = serve()
+    scripted_model.reply("Shall I?").reply("Fine, I won't.").reply("Then I will.")
+    client = srv.client()
+    client.chat.completions.create(model="hippobot", user="m", messages=[{"role": "user", "content": "yes"}])
+    client.chat.completions.create(model="hippobot", user="m", messages=[{"role": "user", "content": "no"}])
+
+    late = httpx.post(
+        f"{srv.base_url}/chat/completions",
+        json={"model": "hippobot", "user": "m", "messages": [{"role": "user", "content": "yes"}]},
+        headers={"x-stainless-retry-count": "1"},
+    )
+
+    assert late.json()["choices"][0]["message"]["content"] == "Then I will."
+    assert "x-hippobot-replay" not in late.headers
+    assert users_of(srv, "api:m") == ["yes", "no", "yes"]

@@ -70,7 +70,7 @@ def test_alice_and_bob_with_the_same_session_id_see_only_their_own(shared, scrip
     assert workspace_of(srv, "alice") == (srv.agent.settings.home / "users" / "alice").resolve()
     assert workspace_of(srv, "bob") == (tmp_path / "bobs-place").resolve()
     alice_ws, bob_ws = agent_of(srv, "alice"), agent_of(srv, "bob")
-    assert [t for _, t in session_messages(alice_ws, "api:notes")][0].startswith("My locker code")
+    assert session_messages(alice_ws, "api:notes")[0][1].startswith("My locker code")
     bob_session = session_messages(bob_ws, "api:notes")
     assert bob_session[0] == ("user", "What is Alice's locker code?")
     assert all("4711" not in text for _, text in bob_session)  # the read was refused

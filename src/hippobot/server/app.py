@@ -41,7 +41,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hippobot.agent.events import ReplyDelta, ToolStarted
-from hippobot.server.dedupe import IdempotencyConflict, TurnLedger, fingerprint
+from hippobot.server.dedupe import IdempotencyConflict, TurnLedger
 from hippobot.server.identity import Attempt, RequestId
 from hippobot.server.tasks import answer_task
 from hippobot.server.users import UNAUTHORIZED, Users
@@ -205,9 +205,8 @@ async def chat_completions(request: Request) -> Response:
     headers = {"X-Session-Id": call.key}
     ledger: TurnLedger = request.app.state.ledger
     attempt = Attempt.of(request.headers)
-    print_ = fingerprint(scope, call.key, call.text)
     try:
-        earlier = ledger.find(scope, print_, attempt)
+        earlier = ledger.find(scope, call.key, call.text, attempt)
     except IdempotencyConflict as exc:
         raise ApiError(400, str(exc), code="idempotency_key_reused") from None
     if earlier is not None:
@@ -225,7 +224,7 @@ async def chat_completions(request: Request) -> Response:
 
     task = gate.start(f"{scope}/{call.key}", turn())
     reply = Reply(call)
-    ledger.add(scope, print_, attempt, task, reply)
+    ledger.add(scope, call.key, call.text, attempt, task, reply)
     if not call.stream:
         return await _answer_after(call, task, reply, headers)
     # Hold the status line until the turn shows a sign of life, so that a failure before any

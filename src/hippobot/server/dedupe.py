@@ -10,9 +10,14 @@ of storing the message again.
 A request matches an earlier turn of the same user and session with the same message:
 
 * with an ``Idempotency-Key``: the turn that had the same key (for ``TTL_S`` seconds);
-* with ``x-stainless-retry-count`` above 0: the newest such turn (for ``TTL_S`` seconds);
+* with ``x-stainless-retry-count`` above 0: the session's newest turn, if it had the same
+  message (for ``TTL_S`` seconds);
 * with ``x-stainless-retry-count: 0``: never (the client says it is a new request);
-* saying neither: the newest such turn begun in the last ``WINDOW_S`` seconds.
+* saying neither: the session's newest turn, if it had the same message and began in the
+  last ``WINDOW_S`` seconds.
+
+Only the newest turn of a session is ever repeated: once the conversation has moved on, the
+same words are a new turn.
 
 The ledger keeps at most ``capacity`` turns, oldest dropped first; it lives in memory only,
 so a restarted server treats every request as new.
@@ -39,15 +44,15 @@ TTL_S = 900.0  # longer than the SDKs' default 600 s timeout plus their back-off
 WINDOW_S = 10.0
 
 
-def fingerprint(scope: str, key: str, text: str) -> str:
-    """One user's message in one session, as a digest (the ledger keeps no message text)."""
-    data = "\0".join((scope, key, text.strip())).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+def fingerprint(text: str) -> str:
+    """A message as a digest (the ledger keeps no message text)."""
+    return hashlib.sha256(text.strip().encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(slots=True)
 class LedgerEntry:
-    scope: str
+    scope: str  # the user
+    session: str
     task: asyncio.Task[TurnResult]
     fingerprint: str
     idempotency_key: str | None
@@ -72,9 +77,9 @@ class TurnLedger:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def find(self, scope: str, print_: str, attempt: Attempt) -> LedgerEntry | None:
+    def find(self, scope: str, session: str, text: str, attempt: Attempt) -> LedgerEntry | None:
         """The earlier turn this request repeats, or None for a new turn."""
-        now = self._clock()
+        now, print_ = self._clock(), fingerprint(text)
         if attempt.idempotency_key is not None:
             entry = self._by_key.get((scope, attempt.idempotency_key))
             if entry is None or now - entry.started > TTL_S:
@@ -91,14 +96,23 @@ class TurnLedger:
         for entry in reversed(self._entries.values()):
             if now - entry.started > TTL_S:
                 break
-            if entry.fingerprint == print_:
-                return entry if now - entry.started <= horizon else None
+            if entry.scope == scope and entry.session == session:  # the session's newest turn
+                same = entry.fingerprint == print_ and now - entry.started <= horizon
+                return entry if same else None
         return None
 
     def add(
-        self, scope: str, print_: str, attempt: Attempt, task: asyncio.Task[TurnResult], framing: Any
+        self,
+        scope: str,
+        session: str,
+        text: str,
+        attempt: Attempt,
+        task: asyncio.Task[TurnResult],
+        framing: Any,
     ) -> LedgerEntry:
-        entry = LedgerEntry(scope, task, print_, attempt.idempotency_key, self._clock(), framing)
+        entry = LedgerEntry(
+            scope, session, task, fingerprint(text), attempt.idempotency_key, self._clock(), framing
+        )
         self._ids += 1
         self._entries[self._ids] = entry
         if attempt.idempotency_key is not None:

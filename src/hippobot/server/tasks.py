@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hippobot.errors import ProviderError
 from hippobot.providers.base import ChatRequest, collect
 
 if TYPE_CHECKING:
@@ -38,7 +39,11 @@ async def answer_task(agent: Agent, call: ChatCall) -> TurnResult:
         temperature=defaults.temperature,
         stop=call.stop,
     )
-    response = await collect(agent.provider.stream(request))
+    try:
+        response = await collect(agent.provider.stream(request))
+    except ProviderError as exc:  # an endpoint may echo the key it rejected
+        exc.args = (agent.redact(str(exc)), *exc.args[1:])
+        raise
     run = RunResult(reply=response.text, iterations=1, usage=response.usage, requests=1)
     if response.usage is not None:
         run.total_usage = response.usage
