@@ -113,6 +113,9 @@ def test_a_trusted_proxy_header_picks_the_user_but_only_with_the_proxy_key(share
     assert [t for _, t in session_messages(agent_of(srv, "bob"), "api:chat-1")] == [
         "I am Bob", "Hi Bob."
     ]
+    # Everyone's Dream runs on a schedule of its own: the owner, alice, bob, then carol.
+    dreams = [t for t in srv.app.state.schedulers if t.get_name() == "dream-schedule"]
+    assert len(dreams) == 4
 
 
 def test_the_owner_key_without_a_user_header_is_the_servers_own_workspace(shared, scripted_model):
@@ -158,9 +161,14 @@ def test_user_keys_alone_are_enough_to_require_auth(hippobot_home, make_agent, s
     [
         ({"../evil": {"apiKey": "k1-0123456789"}}, "cannot be a user name"),
         ({"a": {"apiKey": "same-0123456789"}, "b": {"apiKey": "same-0123456789"}}, "someone else"),
+        ({"a": {"apiKey": "ka-0123456789", "workspace": "WS/a"}}, "overlap"),
     ],
 )
 def test_bad_user_configuration_is_a_clear_error(hippobot_home, make_agent, users, says):
+    agent = make_agent()
+    for spec in users.values():  # "WS" stands for the server's own workspace
+        if "workspace" in spec:
+            spec["workspace"] = spec["workspace"].replace("WS", str(agent.workspace))
     (hippobot_home / "config.json").write_text(json.dumps({"serve": {"users": users}}))
 
     with pytest.raises(UserError, match=says):

@@ -49,6 +49,10 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
+def _nested(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
 def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
@@ -101,9 +105,14 @@ class Users:
                 self._keys.append((spec.api_key, name))
             for alias in spec.aliases:
                 self._aliases[alias.strip().lower()] = name
-        if owner.workspace.resolve() in self._workspaces.values():
-            raise UserError("a user in serve.users has the server's own workspace; "
-                            "give each user a workspace of their own")
+        spaces = [("the server", owner.workspace.resolve())] + list(self._workspaces.items())
+        for i, (a, one) in enumerate(spaces):
+            for b, other in spaces[i + 1 :]:
+                if _nested(one, other):
+                    raise UserError(
+                        f"serve.users: the workspaces of {a} and {b} overlap ({one}, {other}); "
+                        "give each user a separate folder, so nobody's tools reach another's files"
+                    )
         self._agents: dict[str, Agent] = {OWNER: owner}
         self._creating: dict[str, asyncio.Task[Agent]] = {}
         self.on_new_agent: Callable[[Agent], None] | None = None
@@ -156,6 +165,19 @@ class Users:
             return self.owner.workspace
         return self._workspaces.get(name) or (self.owner.settings.home / "users" / name).resolve()
 
+    def _check_separate(self, name: str, workspace: Path) -> None:
+        """A user named only by the proxy header must not land inside someone's workspace."""
+        if name in self._workspaces:
+            return  # checked at start-up
+        for other, ws in [("the server", self.owner.workspace.resolve()), *self._workspaces.items()]:
+            if _nested(workspace, ws):
+                raise ApiError(
+                    500,
+                    f"the workspace for user {name!r} ({workspace}) would overlap that of "
+                    f"{other}; move the server's workspace out of {workspace.parent}",
+                    kind="server_error",
+                )
+
     async def agent(self, name: str) -> Agent:
         """The agent of ``name``, created (and its workspace initialised) on first use."""
         agent = self._agents.get(name)
@@ -173,6 +195,7 @@ class Users:
 
     async def _create(self, name: str) -> Agent:
         workspace = self.workspace(name)
+        self._check_separate(name, workspace)
         await asyncio.to_thread(_initialise, workspace)
         agent = self._make(workspace)
         self._agents[name] = agent
