@@ -36,7 +36,7 @@ async def turn(ledger: TurnLedger, text: str, attempt: Attempt = NEW, *, session
 
 
 async def test_retries_match_the_sessions_newest_turn_only(ledger):
-    book, clock = ledger
+    book, _clock = ledger
     first = await turn(book, "yes")
 
     assert book.find("", "api:s", "yes", RETRY).task is first

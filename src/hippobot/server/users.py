@@ -105,7 +105,7 @@ class Users:
                 self._keys.append((spec.api_key, name))
             for alias in spec.aliases:
                 self._aliases[alias.strip().lower()] = name
-        spaces = [("the server", owner.workspace.resolve())] + list(self._workspaces.items())
+        spaces = [("the server", owner.workspace.resolve()), *list(self._workspaces.items())]
         for i, (a, one) in enumerate(spaces):
             for b, other in spaces[i + 1 :]:
                 if _nested(one, other):
