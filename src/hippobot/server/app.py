@@ -1,9 +1,16 @@
 """The OpenAI-compatible HTTP API in front of the agent (``hippobot serve``).
 
 Routes: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/chat/completions`` (JSON or
-SSE), ``GET /healthz`` (never needs a key) and ``GET /`` (the read-only memory page, web.py).
+SSE; the API paths also with a trailing slash), ``GET /healthz`` (never needs a key) and
+``GET /`` (the read-only memory page, web.py).
 
 Invariants:
+
+* A request is answered by the agent of the person it authenticates as (users.py): one
+  workspace each, so one user's request never reads or changes another's files.
+* A retry never starts a second turn (dedupe.py): it joins or replays the first attempt,
+  and errors of a started turn say ``x-should-retry: false``. Client task prompts are
+  answered without a session (tasks.py).
 
 * The server owns the history. Of a request's ``messages`` only the newest user message is a
   turn; everything before it is ignored, because the session file already holds it.
