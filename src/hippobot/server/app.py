@@ -31,6 +31,7 @@ format (request parsing, the error shape, completion and SSE framing) is in ``wi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 from collections import Counter
@@ -231,7 +232,8 @@ async def chat_completions(request: Request) -> Response:
 
     task = gate.start(f"{scope}/{call.key}", turn())
     reply = Reply(call)
-    ledger.add(scope, call.key, call.text, attempt, task, reply)
+    slim = dataclasses.replace(call, text="", messages=())  # the ledger keeps no message text
+    ledger.add(scope, call.key, call.text, attempt, task, Reply(slim, reply.id, reply.created))
     if not call.stream:
         return await _answer_after(call, task, reply, headers)
     # Hold the status line until the turn shows a sign of life, so that a failure before any
@@ -251,7 +253,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def _answer_after(
-    call: ChatCall, task: asyncio.Task[TurnResult], reply: Reply, headers: dict[str, str]
+    call: ChatCall, task: asyncio.Future[TurnResult], reply: Reply, headers: dict[str, str]
 ) -> Response:
     """The answer once ``task`` is over: JSON, or the whole reply as one SSE stream."""
     result = await outcome(task)

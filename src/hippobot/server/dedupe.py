@@ -19,8 +19,9 @@ A request matches an earlier turn of the same user and session with the same mes
 Only the newest turn of a session is ever repeated: once the conversation has moved on, the
 same words are a new turn.
 
-The ledger keeps at most ``capacity`` turns, oldest dropped first; it lives in memory only,
-so a restarted server treats every request as new.
+The ledger keeps at most ``capacity`` turns, oldest dropped first, and of a finished turn only
+what its answer needs (reply, usage, finish reason: not the tool results); it lives in memory
+only, so a restarted server treats every request as new.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def fingerprint(text: str) -> str:
 class LedgerEntry:
     scope: str  # the user
     session: str
-    task: asyncio.Task[TurnResult]
+    task: asyncio.Future[TurnResult]  # the running turn, then a slim copy of its outcome
     fingerprint: str
     idempotency_key: str | None
     started: float
@@ -107,7 +108,7 @@ class TurnLedger:
         session: str,
         text: str,
         attempt: Attempt,
-        task: asyncio.Task[TurnResult],
+        task: asyncio.Future[TurnResult],
         framing: Any,
     ) -> LedgerEntry:
         entry = LedgerEntry(
@@ -115,6 +116,7 @@ class TurnLedger:
         )
         self._ids += 1
         self._entries[self._ids] = entry
+        task.add_done_callback(lambda done: _settle(entry, done))
         if attempt.idempotency_key is not None:
             self._by_key[(scope, attempt.idempotency_key)] = entry
         while len(self._entries) > self.capacity:
@@ -123,3 +125,26 @@ class TurnLedger:
             if self._by_key.get(slot) is old:
                 del self._by_key[slot]
         return entry
+
+
+def _settle(entry: LedgerEntry, done: asyncio.Future[TurnResult]) -> None:
+    """Keep only what a replay needs of a finished turn."""
+    from hippobot.agent.agent import TurnResult
+    from hippobot.agent.runner import RunResult
+
+    slim: asyncio.Future[TurnResult] = done.get_loop().create_future()
+    if done.cancelled():
+        slim.cancel()
+    elif (exc := done.exception()) is not None:
+        slim.set_exception(exc)
+        slim.exception()  # retrieved: a replay may never come
+    else:
+        result = done.result()
+        run = result.run
+        if run is not None:
+            run = RunResult(
+                reply=run.reply, iterations=run.iterations, usage=run.usage,
+                total_usage=run.total_usage, finish_reason=run.finish_reason,
+            )
+        slim.set_result(TurnResult(reply=result.reply, command=result.command, run=run))
+    entry.task = slim

@@ -433,7 +433,7 @@ def _event(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def outcome(task: asyncio.Task[TurnResult]) -> TurnResult | ApiError:
+async def outcome(task: asyncio.Future[TurnResult]) -> TurnResult | ApiError:
     """The turn's result, or the :class:`ApiError` that answers its failure."""
     await asyncio.wait({task})  # never cancels the turn, even if this request is cancelled
     if task.cancelled():
@@ -484,7 +484,9 @@ def _closing(reply: Reply, call: ChatCall, result: TurnResult) -> list[str]:
     return [*events, "data: [DONE]\n\n"]
 
 
-async def replayed_stream(call: ChatCall, task: asyncio.Task[TurnResult], reply: Reply) -> AsyncIterator[str]:
+async def replayed_stream(
+    call: ChatCall, task: asyncio.Future[TurnResult], reply: Reply
+) -> AsyncIterator[str]:
     """The SSE body for a retry: the turn's whole reply (or its error) once it is over."""
     result = await outcome(task)
     if isinstance(result, ApiError):
