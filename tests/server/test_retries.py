@@ -171,3 +171,16 @@ def test_once_the_conversation_moved_on_a_retry_of_old_words_is_a_new_turn(serve
     assert late.json()["choices"][0]["message"]["content"] == "Then I will."
     assert "x-hippobot-replay" not in late.headers
     assert users_of(srv, "api:m") == ["yes", "no", "yes"]
+
+
+def test_a_streamed_turn_that_fails_before_any_text_is_not_retried_either(serve, scripted_model):
+    srv = serve()
+    for _ in range(4):
+        scripted_model.fail(429)
+
+    with pytest.raises(openai.RateLimitError) as failed:
+        sdk(srv).chat.completions.create(model="hippobot", user="s", messages=ASK, stream=True)
+
+    assert failed.value.response.headers["x-should-retry"] == "false"
+    assert len(scripted_model.requests) == 4
+    assert users_of(srv, "api:s") == [ASK[0]["content"]]
