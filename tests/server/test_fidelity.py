@@ -132,6 +132,7 @@ def test_stream_null_trailing_slashes_and_request_ids(serve, scripted_model):
         headers={"X-Request-Id": "trace-123"},
     )
     models = httpx.get(f"{srv.base_url}/models/")
+    model = httpx.get(f"{srv.base_url}/models/hippobot/")
     missing = httpx.get(f"{srv.base_url}/nowhere")
     bad = httpx.post(f"{srv.base_url}/chat/completions", json={"messages": []})
     health = httpx.get(f"{srv.root}/healthz")
@@ -139,6 +140,7 @@ def test_stream_null_trailing_slashes_and_request_ids(serve, scripted_model):
     assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
     assert answer.headers["x-request-id"] == "trace-123"
     assert models.status_code == 200 and models.json()["data"][0]["id"] == "hippobot"
+    assert model.status_code == 200 and model.json()["id"] == "hippobot"
     ids = {r.headers["x-request-id"] for r in (models, missing, bad, health)}
     assert len(ids) == 4 and all(i.startswith("req_") for i in ids)
     assert session_messages(srv.agent, "api:s")[-1] == ("assistant", "ok")

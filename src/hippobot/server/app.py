@@ -177,7 +177,7 @@ async def list_models(request: Request) -> Response:
 
 
 async def get_model(request: Request) -> Response:
-    name = request.path_params["model"]
+    name = request.path_params["model"].rstrip("/")
     if name != MODEL_ID:
         raise ApiError(404, f"the model {name!r} does not exist; use {MODEL_ID!r}",
                        code="model_not_found", param="model")
@@ -354,17 +354,13 @@ def create_app(
             for each in users.agents():
                 await each.aclose(shutdown_timeout)  # also closes the model connections
 
-    api = [
-        ("/v1/models", list_models, "GET"),
-        ("/v1/models/{model:path}", get_model, "GET"),
-        ("/v1/chat/completions", chat_completions, "POST"),
-    ]
-    routes = [Route(path, fn, methods=[method]) for path, fn, method in api]
-    routes[1:1] = [Route("/v1/models/", list_models, methods=["GET"])]
-    routes.append(Route("/v1/chat/completions/", chat_completions, methods=["POST"]))
     app = Starlette(
-        routes=[
-            *routes,
+        routes=[  # the API paths answer with a trailing slash too (clients add one; no 307)
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/chat/completions/", chat_completions, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", index, methods=["GET"]),
         ],
