@@ -17,14 +17,15 @@ Invariants:
   Failures of hippobot's own model provider are 502 (or 429), never 401: a 401 would tell the
   client that *its* key is wrong.
 
-This module holds the routes, admission (:class:`TurnGate`), auth and the app itself; the wire
-format (request parsing, the error shape, completion and SSE framing) is in ``wire.py``.
+This module holds the routes, admission (:class:`TurnGate`) and the app itself; the wire
+format (request parsing, the error shape, completion and SSE framing) is in ``wire.py``; what
+keeps web pages out (Host, Origin, content type, body size, key and login cookie) is the
+:class:`~hippobot.server.security.WebGuard` middleware in ``security.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
@@ -33,14 +34,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hippobot.agent.events import ReplyDelta, ToolStarted
+from hippobot.server.security import WebGuard, WebPolicy
+from hippobot.server.security import bearer_ok as bearer_ok
 from hippobot.server.web import index
 
 # Re-exported (as are the wire names in __all__): they lived here before wire.py.
@@ -77,8 +78,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-OPEN_PATHS = frozenset({"/healthz"})
 
 
 # --- in-flight turns -------------------------------------------------------------------------
@@ -217,43 +216,7 @@ async def chat_completions(request: Request) -> Response:
     )
 
 
-# --- auth, errors, lifespan ---------------------------------------------------------------
-
-
-def bearer_ok(authorization: str | None, api_key: str) -> bool:
-    """Constant-time check of an ``Authorization: Bearer <key>`` header."""
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(token.strip().encode(), api_key.encode())
-
-
-UNAUTHORIZED = ApiError(
-    401,
-    "missing or wrong API key: send 'Authorization: Bearer <key>' with the key configured "
-    "as serve.apiKey or HIPPOBOT_SERVE_KEY on the server",
-    code="invalid_api_key",
-    headers={"WWW-Authenticate": "Bearer"},
-)
-
-
-class BearerAuth:
-    """Every path but ``/healthz`` needs the key when one is configured."""
-
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
-        self.app = app
-        self.api_key = api_key
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and self.api_key
-            and scope["path"] not in OPEN_PATHS
-            and not bearer_ok(Headers(scope=scope).get("authorization"), self.api_key)
-        ):
-            await UNAUTHORIZED.response()(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+# --- errors, lifespan ------------------------------------------------------------------------
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
@@ -281,8 +244,10 @@ def create_app(
     shutdown_timeout: float = 30.0,
     max_queued_per_session: int = 32,
     run_schedulers: bool = True,
+    policy: WebPolicy | None = None,
 ) -> Starlette:
-    """The ASGI app. Its lifespan starts the agent's schedulers (Dream, idle compaction) and,
+    """The ASGI app behind :class:`~hippobot.server.security.WebGuard` (``api_key`` None:
+    no key check, for in-process use; ``policy``: hosts, origins, body limit). Its lifespan starts the agent's schedulers (Dream, idle compaction) and,
     at shutdown, drains in-flight turns (``shutdown_timeout``), stops the schedulers and
     closes the agent. ``app.state.gate`` is the :class:`TurnGate`, ``app.state.schedulers``
     the scheduler tasks."""
@@ -312,9 +277,8 @@ def create_app(
         exception_handlers={ApiError: _on_api_error, HTTPException: _on_http_error,
                             Exception: _on_crash},
         lifespan=lifespan,
-        max_body_size=MAX_BODY_BYTES,
     )
-    app.add_middleware(BearerAuth, api_key=api_key)
+    app.add_middleware(WebGuard, keys=[api_key] if api_key else [], policy=policy or WebPolicy())
     app.state.agent = agent
     app.state.gate = gate
     return app
