@@ -23,13 +23,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import time
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["connection_limit", "guarded_protocol"]
+__all__ = ["connection_limit", "guarded_protocol", "raise_fd_limit"]
 
 log = logging.getLogger(__name__)
+
+_WARN_EVERY = 10.0  # seconds between "refused a connection" warnings
+_last_warning = [0.0]
 
 _BUSY_BODY = (
     b'{"error": {"message": "too many open connections; try again", '
@@ -39,6 +43,17 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
+
+
+def raise_fd_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (many systems start at 1,024)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        pass
 
 
 def connection_limit(wanted: int) -> int:
@@ -64,7 +79,14 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
             super().connection_made(transport)
             if len(self.connections) > max_connections:
                 self._refused = True
-                log.warning("refused a connection: %d already open", len(self.connections) - 1)
+                now = time.monotonic()
+                if now - _last_warning[0] >= _WARN_EVERY:
+                    _last_warning[0] = now
+                    log.warning(
+                        "refusing connections: %d open, the limit is %d (serve.maxConnections)",
+                        len(self.connections) - 1,
+                        max_connections,
+                    )
                 transport.write(_BUSY)
                 transport.close()
                 return

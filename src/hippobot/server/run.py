@@ -35,7 +35,7 @@ import uvicorn
 
 from hippobot.errors import UserError
 from hippobot.server.app import create_app
-from hippobot.server.connections import connection_limit, guarded_protocol
+from hippobot.server.connections import connection_limit, guarded_protocol, raise_fd_limit
 from hippobot.server.security import WebPolicy
 
 if TYPE_CHECKING:
@@ -222,13 +222,17 @@ def run_server(
         f"hippobot serve: memory page: {login}\n"
     )
     err.flush()
+    raise_fd_limit()
+    limit = connection_limit(serve.max_connections)
     config = uvicorn.Config(
         app,
         lifespan="on",
         log_level="warning",
         access_log=False,
-        backlog=BACKLOG,
-        http=guarded_protocol(connection_limit(serve.max_connections), serve.header_timeout),
+        # asyncio accepts up to `backlog` connections per loop turn, and a refused one holds
+        # its descriptor for a few turns: a small backlog keeps that burst well under `limit`.
+        backlog=max(8, limit // 4),
+        http=guarded_protocol(limit, serve.header_timeout),
         timeout_graceful_shutdown=int(shutdown_timeout) + 5,
     )
     GracefulServer(config, app, shutdown_timeout, out=err).run(sockets=[sock])
