@@ -301,7 +301,7 @@ class WebGuard:
             return ApiError(
                 415,
                 f"the request body must be sent with 'Content-Type: {wanted}' "
-                f"(got {kind or 'none'!r})",
+                f"(got {kind or 'none'!r}; with curl, add -H 'Content-Type: {wanted}')",
                 code="unsupported_media_type",
             ).response()
         return None
