@@ -64,7 +64,12 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
     agent = make_agent()
     path = agent.settings.config_path
     path.write_text(path.read_text().replace('"serve": {', '"serve": {"headerTimeout": 1,', 1))
-    scripted_model.fallback = lambda req: f"still here: {user_words(req)}"
+    def answer(req):
+        if user_words(req) == "slow":
+            time.sleep(2.5)  # longer than the header timeout: a turn is never cut by it
+        return f"still here: {user_words(req)}"
+
+    scripted_model.fallback = answer
     env = dict(
         os.environ,
         HIPPOBOT_HOME=str(agent.settings.home),
@@ -104,6 +109,13 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
         text = reply.chat.completions.create(
             model="hippobot", messages=[{"role": "user", "content": "ping"}]
         ).choices[0].message.content
+        streamed = "".join(
+            chunk.choices[0].delta.content or ""
+            for chunk in reply.chat.completions.create(
+                model="hippobot", stream=True, messages=[{"role": "user", "content": "slow"}]
+            )
+            if chunk.choices
+        )
 
         held = stall(port, CLIENTS // 3)  # still open when the signal comes
         proc.send_signal(signal.SIGTERM)
@@ -124,4 +136,5 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
     assert all(a == b"" or a.startswith(b"HTTP/1.1 503") for a in answers)
     assert len(busy) < CLIENTS  # the first ones were admitted, then timed out
     assert text == "still here: ping"
+    assert streamed == "still here: slow"
     assert not any("out of system resource" in line for line in seen), "".join(seen)
