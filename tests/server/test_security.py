@@ -294,3 +294,19 @@ def test_an_unusable_token_file_is_replaced(tmp_path):
     token = install_token(tmp_path)
 
     assert token != "short" and (tmp_path / TOKEN_FILE).read_text().strip() == token
+
+
+def test_the_install_token_is_redacted_like_a_configured_key(serve, make_agent, scripted_model):
+    from hippobot.agent.agent import Agent
+
+    home = make_agent().settings.home
+    token = install_token(home)
+    srv = serve(agent=Agent(make_agent().settings))  # made after the token, as serve does
+    scripted_model.reply("noted")
+
+    srv.client().chat.completions.create(
+        model="hippobot", messages=[{"role": "user", "content": f"my serve token is {token}"}]
+    )
+
+    stored = session_path(srv.agent, "api:default").read_text()
+    assert token not in stored and "my serve token is [REDACTED]" in stored
