@@ -310,3 +310,30 @@ def test_the_install_token_is_redacted_like_a_configured_key(serve, make_agent, 
 
     stored = session_path(srv.agent, "api:default").read_text()
     assert token not in stored and "my serve token is [REDACTED]" in stored
+
+
+def test_each_person_logs_in_to_the_page_of_their_own_memory(hippobot_home, make_agent, serve):
+    import json
+
+    alice_key = "sk-alice-page-0123456789"
+    config = {"serve": {"apiKey": KEY, "users": {"alice": {"apiKey": alice_key}}}}
+    (hippobot_home / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    owner = make_agent()
+    (owner.workspace / "USER.md").write_text("# User\nThe owner's own notes.\n")
+    srv = serve(agent=owner, api_key=KEY)
+    alice_ws = srv.app.state.users.workspace("alice")
+
+    alice = httpx.Client(base_url=srv.root)
+    login = alice.post("/login", data={"token": alice_key})
+    (alice_ws / "USER.md").write_text("# User\nAlice keeps bees.\n")
+    page = alice.get("/")
+    owner_browser = httpx.Client(base_url=srv.root)
+    owner_browser.get("/", params={"token": KEY})
+    owner_page = owner_browser.get("/")
+
+    assert login.status_code == 303
+    assert page.status_code == 200 and "Alice keeps bees." in page.text
+    assert "The owner&#x27;s own notes." not in page.text
+    assert "The owner&#x27;s own notes." in owner_page.text and "Alice keeps bees." not in owner_page.text
+    alice.close()
+    owner_browser.close()

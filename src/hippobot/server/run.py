@@ -196,7 +196,10 @@ def run_server(
     err = out or sys.stderr
     serve = settings.config.serve
     configured = serve_key(settings)
-    bind_host, warning = resolve_bind(host or serve.host, configured)
+    user_keys = [u.api_key for u in serve.users.values() if u.api_key]
+    bind_host, warning = resolve_bind(
+        host or serve.host, configured or (user_keys[0] if user_keys else None)
+    )
     if warning:
         err.write(f"hippobot serve: warning: {warning}\n")
     key = configured or install_token(settings.home)
@@ -216,6 +219,8 @@ def run_server(
     else:
         auth = f"clients send the token in {settings.home / TOKEN_FILE} as a bearer token"
         login = f"{page}?token={key}"
+    if serve.users:
+        auth += f"; {len(serve.users)} user(s) with workspaces of their own, each with their key"
     err.write(
         f"hippobot serve: listening on http://{shown}:{actual_port}/v1 "
         f"(workspace {settings.workspace}; {auth})\n"

@@ -198,9 +198,12 @@ class _Request:
 class WebGuard:
     """The checks of the module docstring, in front of the whole app.
 
-    ``keys`` are the bearer tokens accepted; empty means no key check (in-process tests
-    only: ``hippobot serve`` always has a key, configured or generated per install). The key
-    a request authenticated with is put in ``scope["state"]["api_key"]``.
+    ``keys`` are the bearer tokens accepted (the owner's and those of ``serve.users``);
+    empty means no key check (in-process tests only: ``hippobot serve`` always has a key,
+    configured or generated per install). The key a request authenticated with is put in
+    ``scope["state"]["api_key"]``; a page request that logged in by cookie reaches the app
+    with that key as its ``Authorization`` header, so it sees the workspace of the person
+    the key belongs to.
     """
 
     def __init__(self, app: ASGIApp, keys: Collection[str], policy: WebPolicy) -> None:
@@ -238,6 +241,10 @@ class WebGuard:
             return
         if key is not None:
             scope.setdefault("state", {})["api_key"] = key
+            if not req.headers.get("authorization"):  # a login cookie stands for its key
+                scope["headers"] = [
+                    *scope["headers"], (b"authorization", f"Bearer {key}".encode("latin-1"))
+                ]
         if req.method in _BODY_METHODS:
             body = await self._read_body(receive)
             if body is None:
@@ -347,8 +354,9 @@ class WebGuard:
         return ApiError(
             401,
             "missing or wrong API key: send 'Authorization: Bearer <key>' with the key "
-            "configured as serve.apiKey or HIPPOBOT_SERVE_KEY on the server (without one, "
-            "the token 'hippobot serve' printed at start-up, kept in <home>/serve-token)",
+            "configured as serve.apiKey or HIPPOBOT_SERVE_KEY on the server, or your own from "
+            "serve.users (without a configured key: the token 'hippobot serve' printed at "
+            "start-up, kept in <home>/serve-token)",
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         ).response()
