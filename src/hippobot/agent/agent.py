@@ -266,6 +266,11 @@ class Agent:
             msg["media"] = [str(Path(p).expanduser().resolve()) for p in media]
         return msg
 
+    def _counted_user_message(self, key: str, text: str, media: Sequence[str]) -> Message:
+        msg = self.user_message(key, text, media)
+        tokens.count_message(msg)  # cached: the prompt budget counts it again for free
+        return msg
+
     def redact(self, text: str) -> str:
         return redact_secrets(redact_exact(text, self._secrets))
 
@@ -323,7 +328,9 @@ class Agent:
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
-            await self.sessions.append(session, self.user_message(key, text, media))
+            # Redacting and counting a long message take a while: not on the event loop.
+            user = await asyncio.to_thread(self._counted_user_message, key, text, media)
+            await self.sessions.append(session, user)
             messages, registry = self.build_request_messages(session)
             runner = Runner(
                 provider=self.provider,

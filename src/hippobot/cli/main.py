@@ -183,7 +183,11 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions)."""
+    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions).
+
+    Clients need a key even on loopback: serve.apiKey / HIPPOBOT_SERVE_KEY, else the
+    token in <home>/serve-token, printed at start-up with the memory page's login URL.
+    """
     from hippobot.server.run import run_server
 
     settings = _settings(workspace)

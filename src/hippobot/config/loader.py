@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,7 @@ class Settings:
         if self.config.serve.api_key:
             keys.append(self.config.serve.api_key)
         keys += [u.api_key for u in self.config.serve.users.values() if u.api_key]
+        keys.extend(_serve_token(self.home))
         return [k for k in keys if len(k) >= 8]
 
     def model_configured(self) -> bool:
@@ -96,6 +98,18 @@ class Settings:
     def model_target(self, *, model: str | None = None) -> ModelTarget:
         """Resolve the endpoint; raises :class:`NoModelConfiguredError` when there is none."""
         return _resolve_target(self, model_override=model)
+
+
+def _serve_token(home: Path) -> list[str]:
+    """The token ``hippobot serve`` made for this install (``<home>/serve-token``), if any."""
+    path = home / "serve-token"
+    try:
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_size < 1024:
+            return [path.read_text(encoding="utf-8").strip()]
+    except (OSError, UnicodeDecodeError):
+        pass
+    return []
 
 
 # --- config file ------------------------------------------------------------------

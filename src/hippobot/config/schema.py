@@ -137,7 +137,18 @@ class ServeConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8900, ge=0, le=65535)
     api_key: str | None = None
-    """Bearer token clients must send; without one the server binds to loopback only."""
+    """Bearer token clients must send; without one the server binds to loopback only and
+    uses a token generated per install (``<home>/serve-token``)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names served besides localhost and IP literals (DNS rebinding guard); "*": any."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Web page origins (``https://chat.example``) allowed to call the API; "*": any."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; bigger ones get a 413."""
+    max_connections: int = Field(256, ge=1)
+    """Open connections at most (also kept below the process's file descriptor limit)."""
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds a connection may take to send a request's headers before it is closed."""
     users: dict[str, ServeUserConfig] = Field(default_factory=dict)
     """People with workspaces of their own: ``{"alice": {"apiKey": "..."}}``."""
     trust_user_header: str | None = None
