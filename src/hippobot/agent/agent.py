@@ -455,6 +455,7 @@ class Agent:
         check_window(
             self.budget, self.fixed_prompt_tokens(session),
             "identity, tool contract, skills list, tool schemas, archive instruction",
+            config_path=str(self.settings.config_path),
         )
         self._window_checked = True
 

@@ -125,7 +125,7 @@ class Budget:
         return window
 
 
-def check_window(budget: Budget, fixed: int, what: str) -> None:
+def check_window(budget: Budget, fixed: int, what: str, *, config_path: str | None = None) -> None:
     """A :class:`ConfigError` naming the smallest workable window when ``fixed`` tokens
     (``what``) leave no room for a conversation."""
     if not budget.enabled:
@@ -138,7 +138,8 @@ def check_window(budget: Budget, fixed: int, what: str) -> None:
         f"agents.defaults.contextWindowTokens is {budget.context_window:,}, too small: the fixed "
         f"prompt ({what}) takes {fixed:,} tokens, leaving {max(0, room):,} for the conversation "
         f"after a {budget.reply_reserve:,}-token reply reserve; set contextWindowTokens to at "
-        f"least {minimum:,} (or 0 to turn token budgeting off)"
+        f"least {minimum:,} (or 0 to turn token budgeting off)",
+        path=config_path,
     )
 
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import filelock
 
@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
@@ -250,12 +252,10 @@ class Dream:
         if not dry_run:
             self._stage_or_fail()
         last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
-        batch_size = self.config.batch_size
         batch: Sequence[HistoryEntry] = ()
         snapshot: dict[str, str] = {}
         try:
-            for i in range(0, len(pending), batch_size):
-                batch = pending[i : i + batch_size]
+            for batch in self._batches(pending):
                 if dry_run:
                     result.findings += (await self._analyse(provider, batch, staged=False))[0]
                 else:
@@ -293,6 +293,28 @@ class Dream:
             shutil.rmtree(self.staged, ignore_errors=True)
         return result
 
+    def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
+        """At most ``batchSize`` entries each, and with a context window, at most a third of
+        the input budget of entry text, so Dream's requests fit a small window too."""
+        from hippobot.context.tokens import count_text
+
+        budget = self.agent.budget
+        cap = max(300, budget.input // 3) if budget.enabled else None
+        out: list[Sequence[HistoryEntry]] = []
+        current: list[HistoryEntry] = []
+        used = 0
+        for entry in pending:
+            cost = count_text(entry.content[:_ENTRY_CAP]) + 12
+            full = len(current) >= self.config.batch_size or (cap is not None and current and used + cost > cap)
+            if full:
+                out.append(current)
+                current, used = [], 0
+            current.append(entry)
+            used += cost
+        if current:
+            out.append(current)
+        return out
+
     async def _batch(
         self, provider: Provider, batch: Sequence[HistoryEntry], result: DreamResult
     ) -> HeldBatch | None:
@@ -320,15 +342,16 @@ class Dream:
             )
         result.findings += findings
         rejections = parse_rejections(text)
-        if findings:
-            rejections += parse_rejections(await self._edit(provider, findings))
+        for chunk in self._chunks(findings):
+            rejections += parse_rejections(await self._edit(provider, chunk))
         outcomes = self._account(facts, before, rejections)
         missing = unaccounted(outcomes)
         if missing:
             log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
                      len(missing), batch[0].cursor, batch[-1].cursor)
-            reply = await self._edit(provider, findings, missing=missing)
-            rejections += parse_rejections(reply)
+            for part in self._chunks(missing):
+                reply = await self._edit(provider, [], missing=part)
+                rejections += parse_rejections(reply)
             outcomes = self._account(facts, before, rejections)
             missing = unaccounted(outcomes)
         result.outcomes += outcomes
@@ -340,6 +363,31 @@ class Dream:
                 tuple(o.fact.text for o in missing),
             )
         return None
+
+    def _chunks(self, items: Sequence[T]) -> list[Sequence[T]]:
+        """Findings (or missing facts) split so one edit conversation, with a tool call and
+        result per item, fits the context window."""
+        if not items:
+            return []
+        from hippobot.context.tokens import count_text
+
+        budget = self.agent.budget
+        if not budget.enabled:
+            return [items]
+        cap = max(200, budget.input // 8)
+        out: list[Sequence[T]] = []
+        current: list[T] = []
+        used = 0
+        for item in items:
+            text = item if isinstance(item, str) else getattr(getattr(item, "fact", None), "text", "")
+            cost = count_text(str(text)) + 40  # the finding, its edit call and the result
+            if current and used + cost > cap:
+                out.append(current)
+                current, used = [], 0
+            current.append(item)
+            used += cost
+        out.append(current)
+        return out
 
     def _account(
         self, facts: Sequence[Fact], before: dict[str, str], rejections: list[tuple[str, str]]
