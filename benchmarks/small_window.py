@@ -56,7 +56,7 @@ FACTS = {
 
 def plan(turns: int, seed: int = 14, extra: int = 0) -> list[str]:
     rng = random.Random(seed)
-    words = "garden compost tomato rain barrel basil soil worm spade hedge shed mulch seed".split()
+    words = ["garden", "compost", "tomato", "rain", "barrel", "basil", "soil", "worm", "spade", "hedge", "shed", "mulch", "seed"]
     texts = []
     for i in range(turns):
         size = rng.randint(50, 400)

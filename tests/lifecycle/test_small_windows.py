@@ -29,7 +29,7 @@ PLANTED = {
 def script(turns: int, seed: int = 14, extra: int = 0) -> dict[int, str]:
     """Turn index -> user text: facts early, a correction in the middle, chatter around."""
     rng = random.Random(seed)
-    words = "garden compost tomato rain barrel basil soil worm spade hedge shed mulch seed".split()
+    words = ["garden", "compost", "tomato", "rain", "barrel", "basil", "soil", "worm", "spade", "hedge", "shed", "mulch", "seed"]
     facts = list(PLANTED)
     plan: dict[int, str] = {}
     for i in range(turns):

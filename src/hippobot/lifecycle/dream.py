@@ -479,7 +479,7 @@ class Dream:
         return findings, valid, response.text
 
     async def _edit(
-        self, provider: Provider, findings: list[str], *, missing: Sequence[Outcome] = ()
+        self, provider: Provider, findings: Sequence[str], *, missing: Sequence[Outcome] = ()
     ) -> str:
         """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
 

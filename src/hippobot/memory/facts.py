@@ -51,11 +51,7 @@ _NEGATED_BEFORE = re.compile(
     re.I,
 )
 _STOP = frozenset(
-    """a an the and or but of to in on at by for with from as is are was were be been being
-    has have had do does did it its this that these those there their they them he she his her
-    him you your yours we our us i me my mine user user's users who whom which what when where
-    why how named called name very really also just than then so such not no yes can will would
-    should could may might must about into over under up down out now currently""".split()
+    ["a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as", "is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "it", "its", "this", "that", "these", "those", "there", "their", "they", "them", "he", "she", "his", "her", "him", "you", "your", "yours", "we", "our", "us", "i", "me", "my", "mine", "user", "user's", "users", "who", "whom", "which", "what", "when", "where", "why", "how", "named", "called", "name", "very", "really", "also", "just", "than", "then", "so", "such", "not", "no", "yes", "can", "will", "would", "should", "could", "may", "might", "must", "about", "into", "over", "under", "up", "down", "out", "now", "currently"]
 )
 
 
