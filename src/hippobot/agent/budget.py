@@ -13,8 +13,8 @@ The context window is split as::
   more than 8,000 tokens).
 * Consolidation thresholds apply to the part of the budget the conversation can use (what
   the system prompt and tool schemas leave): it starts at ``threshold`` of that room and
-  archives down to ``target``, at most ``threshold − 0.5`` of it, so every consolidation
-  frees at least half the room and the next one is several turns away.
+  archives down to ``ratio`` of it, but frees at least 2,048 tokens (half the room in a
+  small window), so the next consolidation is several turns away even in 4,096 tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ SAFETY_MARGIN = 1024
 HISTORY_SHARE = 0.15
 """Fraction of the input budget Recent History may use."""
 HISTORY_MAX_TOKENS = 8000
+MIN_FREED_TOKENS = 2048
+"""A consolidation frees at least this much (or half the room in a small window)."""
 MIN_CONVERSATION_TOKENS = 512
 """The conversation must have at least this much room besides the fixed prompt."""
 
@@ -108,9 +110,14 @@ class Budget:
         return overhead + int(self._room(overhead) * self.threshold)
 
     def target_for(self, overhead: int) -> int:
-        """Consolidation target for a prompt with ``overhead`` tokens besides the conversation."""
-        ratio = min(self.ratio, max(0.05, self.threshold - 0.5))
-        return overhead + int(self._room(overhead) * ratio)
+        """Consolidation target for a prompt with ``overhead`` tokens besides the conversation.
+
+        ``ratio`` of the room, but at least :data:`MIN_FREED_TOKENS` (or half the room, in a
+        small window) below the trigger, so the next consolidation is turns away."""
+        room = self._room(overhead)
+        trigger = int(room * self.threshold)
+        gap = max(trigger - int(room * self.ratio), min(room // 2, MIN_FREED_TOKENS))
+        return overhead + max(0, trigger - gap)
 
     def minimum_window(self, fixed: int) -> int:
         """The smallest window (a multiple of 256) in which a fixed prompt of ``fixed``
