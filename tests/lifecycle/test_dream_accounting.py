@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from hippobot.lifecycle.accounting import Fact, account
+from hippobot.lifecycle.autodream import dream_due
 from hippobot.memory.history import HistorySource
 from hippobot.providers.factory import make_provider
 from hippobot.providers.retry import RetryPolicy
@@ -40,6 +41,8 @@ async def test_a_dream_that_answers_nothing_leaves_the_facts_pending_and_visible
     text = result.describe()
     assert "stay pending" in text and "empty or followed no known format" in text
     assert pending_file(agent)["held"][0]["facts"] == ["User has a cat named Luna"]
+    # Dream does not start itself again at once on what it just could not account for
+    assert dream_due(agent.memory, history_tokens=1) is None
     # the fact is still in front of the model
     scripted_model.reply("Luna")
     await agent.turn("cli:other", "what is my cat called?")

@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -54,8 +55,24 @@ MAX_PENDING = 50
 """Dream is due when this many entries wait (Recent History shows at most 50 whole)."""
 
 
+RETRY_AFTER_S = 1800.0
+"""After a run that left entries pending, wait this long before starting another by itself
+(the model could not account for them; asking again at once would only spend tokens)."""
+
+
+def _recently_held(workspace: Path, now: float | None = None) -> bool:
+    try:
+        mtime = (workspace / ".hippobot" / "dream" / "pending.json").stat().st_mtime
+    except OSError:
+        return False
+    return (now if now is not None else time.time()) - mtime < RETRY_AFTER_S
+
+
 def dream_due(memory: MemoryStore, history_tokens: int) -> str | None:
-    """Why Dream should run now, or ``None``."""
+    """Why Dream should run now, or ``None`` (also while a recent run's held entries wait
+    out :data:`RETRY_AFTER_S`)."""
+    if _recently_held(memory.workspace):
+        return None
     waiting = memory.pending_count()
     if waiting >= MAX_PENDING:
         return f"{waiting} history entries are waiting"
