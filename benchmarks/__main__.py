@@ -214,7 +214,8 @@ def _goals(result: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
          "measured": f"{small['facts_reachable']}/{small['facts_planted']}; {small['correction_current']}",
          "met": small["facts_reachable"] == small["facts_planted"] and small["correction_current"]},
     ]
-    return small_goals + [
+    return [
+        *small_goals,
         {"goal": "agent overhead p50 < 5 ms at every N", "measured": f"worst {worst_p50:.2f} ms",
          "met": worst_p50 < 5},
         {"goal": f"no growth with N: p50({int(largest):,})/p50({lo:,}) <= 1.25 (same window)",
