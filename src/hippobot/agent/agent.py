@@ -313,7 +313,12 @@ class Agent:
         *,
         media: Sequence[str] = (),
         on_event: EventSink | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
     ) -> TurnResult:
+        """One turn. ``max_tokens`` (capped by ``maxTokens``) and ``stop`` override the
+        configured reply limits for this turn's model calls (``hippobot serve`` passes what
+        its client asked for)."""
         validate_key(key)
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
@@ -338,9 +343,11 @@ class Agent:
                 model=self.model,
                 tools=registry,
                 max_iterations=self.settings.defaults.max_tool_iterations,
-                max_tokens=self.budget.reply_reserve,
+                # a request's own cap never raises the reply reserve the budget kept free
+                max_tokens=min(max_tokens or self.budget.reply_reserve, self.budget.reply_reserve),
                 temperature=self.settings.defaults.temperature,
                 max_tool_result_chars=self.settings.defaults.max_tool_result_chars,
+                stop=tuple(stop),
             )
 
             async def persist(msg: Message) -> Message:
