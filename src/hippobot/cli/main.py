@@ -165,16 +165,31 @@ def context(
 def dream(
     workspace: WorkspaceOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+    background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
-    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now."""
+    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
+
+    Prints what became of every durable fact: written (file:line), already known, or
+    rejected with a reason; entries left pending say why (see `memory history --pending`).
+    """
     settings = _settings(workspace)
     bot = _agent(settings)
 
     async def run() -> str:
-        result = await bot.dream.run(dry_run=dry_run)
+        try:
+            result = await bot.dream.run(dry_run=dry_run)
+        finally:
+            await bot.aclose(timeout=5.0)
         return result.describe()
 
-    sys.stdout.write(asyncio.run(run()) + "\n")
+    text = asyncio.run(run())
+    if background:
+        from datetime import datetime
+
+        stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        sys.stderr.write(f"[{stamp}] {text}\n")
+        return
+    sys.stdout.write(text + "\n")
 
 
 @app.command()

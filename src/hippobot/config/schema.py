@@ -47,6 +47,9 @@ class DreamConfig(_Model):
     """Prompt + completion tokens a whole Dream run may spend before it is stopped."""
     batch_size: int = Field(default=20, ge=1)
     """History entries per Dream batch (batches repeat until nothing is pending)."""
+    auto: bool = True
+    """Start Dream in the background when the archive's pending facts outgrow Recent
+    History's share of the context window (also after a one-shot ``agent -m``)."""
 
 
 class ModelPreset(_Model):
@@ -96,7 +99,8 @@ class AgentDefaults(_Model):
     bootstrap_max_chars: int = Field(default=20_000, ge=1000)
     """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
     see_other_sessions: bool = True
-    """Whether memory_search in one chat may return other chats' messages."""
+    """Whether one chat may see other chats: their messages in memory_search, and the durable
+    facts of their not-yet-dreamed archive entries in Recent History."""
     dream: DreamConfig = Field(default_factory=DreamConfig)
 
 
