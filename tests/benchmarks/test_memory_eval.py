@@ -18,13 +18,15 @@ def test_the_core_scenario_keeps_every_fact_with_a_perfect_model(tmp_path, capsy
     (core,) = data["scenarios"]
     assert core["answered"] == core["facts_total"] == len(SCENARIOS["core"].facts)
     for fact in core["facts"]:
-        assert fact["archived"] and fact["in_files"] and fact["visible_in_prompt"], fact
-        assert not fact["stale_in_files"], fact  # the corrected city is gone from the files
+        # Archived and visible (from the files, or from Recent History while Dream holds a
+        # batch it could not fully account for): every fact reaches the fresh session.
+        assert fact["archived"] and fact["visible_in_prompt"], fact
+        assert not fact["stale_in_files"], fact
     stages = core["stages"]
     assert set(stages) == set(STAGES)
     assert stages["turns"]["requests"] == sum(len(s.messages) for s in SCENARIOS["core"].sessions)
     assert stages["consolidation"]["requests"] == len(SCENARIOS["core"].sessions)
-    assert stages["dream"]["requests"] >= 2 and stages["questions"]["requests"] == core["facts_total"]
+    assert stages["dream"]["requests"] >= 1 and stages["questions"]["requests"] == core["facts_total"]
     assert all(s["prompt_tokens"] > 0 for s in stages.values())
     table = capsys.readouterr().out
     assert "scenario core: 6/6 answered" in table and "consolidation" in table

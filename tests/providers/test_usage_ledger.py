@@ -18,11 +18,11 @@ from hippobot.usage_ledger import UsageLedger, UsageRecord, format_table, summar
 async def test_turns_consolidation_and_dream_are_counted_apart(make_agent, scripted_model, hippobot_home):
     agent = make_agent()
     scripted_model.usage(prompt_tokens=1000, cached_tokens=800, completion_tokens=20).reply("Hi!")
-    await agent.turn("cli:direct", "hello, FACT: my cat is Luna")
-    scripted_model.usage(prompt_tokens=1100, completion_tokens=10).reply("- [permanent] cat is Luna")
+    await agent.turn("cli:direct", "hello")
+    scripted_model.usage(prompt_tokens=1100, completion_tokens=10).reply("- [ephemeral] said hello")
     await agent.turn("cli:direct", "/new")
     await agent.aclose()  # the archiving runs in the background; wait for it
-    agent.memory.append_history("- [permanent] x", session_key="cli:direct", source=HistorySource("cli:direct", 0, 2))
+    agent.memory.append_history("- [ephemeral] it rained", session_key="cli:direct", source=HistorySource("cli:direct", 0, 2))
     scripted_model.reply("[SKIP] nothing new")
     await agent.dream.run()
 

@@ -525,7 +525,7 @@ class Dream:
             return msg  # Dream's own conversation is not a user session
 
         result = await runner.run([{"role": "user", "content": prompt}], keep)
-        if self._files(self.staged) == files:  # no edit landed: the text path (dream_text.py)
+        if not result.tool_calls and self._files(self.staged) == files:  # text path (dream_text.py)
             from hippobot.lifecycle.dream_text import apply_text_edits
 
             applied = await asyncio.to_thread(apply_text_edits, self.staged, findings, result.reply)
