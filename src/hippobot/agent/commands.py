@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -100,16 +101,16 @@ class CommandRouter:
     async def _dream_log(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_log
 
-        return describe_log(self.agent, arg or None)
+        return await asyncio.to_thread(describe_log, self.agent, arg or None)
 
     async def _dream_restore(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_restore, list_versions
 
         if not arg:
-            return list_versions(self.agent)
-        return describe_restore(self.agent, arg)
+            return await asyncio.to_thread(list_versions, self.agent)
+        return await asyncio.to_thread(describe_restore, self.agent, arg)
 
     async def _dream_prompt(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.dream import dream_prompt_command
 
-        return dream_prompt_command(self.agent, arg)
+        return await asyncio.to_thread(dream_prompt_command, self.agent, arg)

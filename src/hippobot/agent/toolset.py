@@ -8,6 +8,7 @@ from hippobot.tools.base import ToolRegistry
 from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
 from hippobot.tools.shell import exec_tool
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -30,7 +31,7 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
         restrict=settings.config.tools.restrict_to_workspace,
     )
     registry = ToolRegistry()
-    registry.extend(file_tools(policy))
+    registry.extend(file_tools(policy, lock=Workspace(agent.workspace).file_lock))
     registry.register(
         exec_tool(
             cwd=root,

@@ -23,14 +23,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+import weakref
 from typing import TYPE_CHECKING
-
-import filelock
 
 from hippobot.agent.budget import usage_estimate
 from hippobot.context import tokens
 from hippobot.errors import ProviderError, StorageError
+from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,
     SUMMARY_MAX_CHARS,
@@ -45,6 +44,7 @@ from hippobot.messages import Message, public_text
 from hippobot.prompts import render
 from hippobot.providers.base import ChatRequest, collect
 from hippobot.session.model import ArchivedSummary, Session
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -84,7 +84,10 @@ def legal_boundaries(messages: list[Message], start: int) -> list[tuple[int, boo
 class Consolidator:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.workspace = Workspace(agent.workspace)
+        # idle locks are garbage-collected, so a server seeing many sessions stays small
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._held: dict[str, HeldLock] = {}
 
     # --- sizing ---------------------------------------------------------------------
 
@@ -125,11 +128,11 @@ class Consolidator:
     async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
         """Archive oldest slices until the prompt is under the target; returns entries written."""
         async with self._session_lock(session.key):
-            with self._file_lock(session.key) as locked:
-                if not locked:
-                    return 0  # another process is consolidating this session right now
+            if not await self._file_lock(session.key, timeout=0):
+                return 0  # another process is consolidating this session right now
+            try:
                 await self.agent.sessions.refresh(session)
-                self.repair(session)
+                await asyncio.to_thread(self.repair, session)
                 budget = self.agent.budget
                 estimate = self.estimate(session)
                 if only_if_over and estimate < only_if_over:
@@ -153,18 +156,22 @@ class Consolidator:
                         break
                     estimate = new_estimate
                 return written
+            finally:
+                self._release_file_lock(session.key)
 
     async def archive_until(self, session: Session, end: int) -> SliceOutcome | None:
         """Archive everything before ``end`` (used by ``/new`` and idle compaction)."""
         async with self._session_lock(session.key):
-            with self._file_lock(session.key, timeout=30) as locked:
-                if not locked:
-                    return None
+            if not await self._file_lock(session.key, timeout=30):
+                return None
+            try:
                 await self.agent.sessions.refresh(session)
-                self.repair(session)
+                await asyncio.to_thread(self.repair, session)
                 if session.last_consolidated >= end:
                     return None
                 return await self._archive(session, session.last_consolidated, end)
+            finally:
+                self._release_file_lock(session.key)
 
     async def compact_idle(self, session: Session) -> None:
         """Archive an idle session's whole unconsolidated part and keep it as its summary.
@@ -353,37 +360,23 @@ class Consolidator:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _file_lock(self, key: str, timeout: float = 0) -> _TryLock:
-        from hashlib import sha1
-
-        locks = Path(self.agent.workspace) / ".hippobot" / "locks"
-        name = "consolidate-" + sha1(key.encode("utf-8")).hexdigest()[:16] + ".lock"
-        return _TryLock(locks / name, timeout)
-
-
-class _TryLock:
-    """``with`` a file lock that yields whether it was acquired instead of raising.
-
-    A lock file that cannot be created (full or read-only disk) is a StorageError.
-    """
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path, self.timeout, self.held = path, timeout, False
-        self.lock = filelock.FileLock(str(path))
-
-    def __enter__(self) -> bool:
+    async def _file_lock(self, key: str, timeout: float) -> bool:
+        """Take the session's cross-process consolidation lock without blocking the event
+        loop; False when another process kept it for ``timeout`` seconds. A lock file that
+        cannot be created (full or read-only disk) is a StorageError."""
+        path = self.workspace.consolidate_lock(key)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.lock.acquire(timeout=self.timeout)
-            self.held = True
-        except filelock.Timeout:
-            self.held = False
+            held = await acquire_async(path, timeout=timeout)
+        except LockTimeout:
+            return False
         except OSError as exc:
             raise StorageError(
-                f"cannot lock {self.path}: {exc.strerror or exc}; nothing was archived"
+                f"cannot lock {path}: {exc.strerror or exc}; nothing was archived"
             ) from exc
-        return self.held
+        self._held[key] = held
+        return True
 
-    def __exit__(self, *exc: object) -> None:
-        if self.held:
-            self.lock.release()
+    def _release_file_lock(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.release()

@@ -18,6 +18,7 @@ budget stop a looping model with a clear log line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -29,15 +30,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import filelock
-
 from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
+from hippobot.locks import LockTimeout, acquire_async
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
+from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -46,7 +47,6 @@ __all__ = ["MEMORY_FILES", "Dream", "DreamResult", "dream_prompt_command", "pars
 
 log = logging.getLogger(__name__)
 
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
@@ -126,10 +126,10 @@ class Dream:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.workspace = agent.workspace
-        self.state = self.workspace / ".hippobot" / "dream"
+        self.paths = Workspace(self.workspace)
+        self.state = self.paths.dream_state
         self.staged = self.state / "staged"
         self.manifest = self.state / "manifest.json"
-        self._lock = filelock.FileLock(str(self.workspace / ".hippobot" / "locks" / "dream.lock"))
 
     @property
     def config(self):
@@ -150,34 +150,34 @@ class Dream:
 
     async def run(self, *, dry_run: bool = False) -> DreamResult:
         started = time.monotonic()
+        lock_path = self.paths.dream_lock
         try:
-            (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
-            self._lock.acquire(timeout=0)
-        except filelock.Timeout:
+            held = await acquire_async(lock_path, timeout=0)
+        except LockTimeout:
             return DreamResult("busy")
         except OSError as exc:  # a full or read-only disk: say so in one line
             raise StorageError(
-                f"Dream cannot take its lock {self._lock.lock_file}: {exc.strerror or exc}; "
+                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; "
                 "nothing was changed"
             ) from exc
         try:
             result = await self._run(dry_run)
         finally:
-            self._lock.release()
+            held.release()
         result.seconds = time.monotonic() - started
         return result
 
     async def _run(self, dry_run: bool) -> DreamResult:
         memory = self.agent.memory
         if not dry_run:
-            self.recover()
-        pending = memory.read_history(after=memory.dream_cursor())
+            await asyncio.to_thread(self.recover)
+        pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
         if not pending:
             return DreamResult("nothing")
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
         if not dry_run:
-            self._stage_or_fail()
+            await asyncio.to_thread(self._stage_or_fail)
         last_done: int | None = None
         batch_size = self.config.batch_size
         try:
@@ -201,9 +201,9 @@ class Dream:
             result.status = "dry-run" if result.status == "done" else result.status
             return result
         if last_done is not None:
-            result.files, result.commit = self._apply(last_done)
+            result.files, result.commit = await asyncio.to_thread(self._apply, last_done)
         else:
-            shutil.rmtree(self.staged, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.staged, ignore_errors=True)
         return result
 
     def _provider(self) -> Provider:
@@ -317,7 +317,19 @@ class Dream:
         return self.recover()
 
     def recover(self) -> tuple[tuple[str, ...], str | None]:
-        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha."""
+        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha.
+
+        Blocking (file and git work): call it from a worker thread. It holds the memory
+        files' locks throughout, so an ``edit_file`` in a chat or a restore never lands
+        between reading a live file and replacing it with the merge.
+        """
+        if not self.manifest.exists():
+            shutil.rmtree(self.staged, ignore_errors=True)
+            return (), None
+        with self.paths.memory_files_lock():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> tuple[tuple[str, ...], str | None]:
         try:
             manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):

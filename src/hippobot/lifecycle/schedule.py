@@ -58,6 +58,8 @@ async def _idle_loop(agent: Agent) -> None:
 
 
 async def _resume(agent: Agent) -> None:
+    with contextlib.suppress(Exception):  # a Dream run killed after its commit point
+        await asyncio.to_thread(agent.dream.recover)
     try:
         await agent.consolidator.resume_pending()
     except Exception:
@@ -68,8 +70,6 @@ def start_schedulers(agent: Agent) -> list[asyncio.Task[None]]:
     tasks: list[asyncio.Task[None]] = []
     if not agent.settings.model_configured():
         return tasks
-    with contextlib.suppress(Exception):
-        agent.dream.recover()
     tasks.append(asyncio.get_running_loop().create_task(_resume(agent), name="resume-archives"))
     if agent.settings.defaults.dream.enabled:
         if agent.settings.defaults.dream.cron:

@@ -144,7 +144,8 @@ class ScriptedModel:
 
     def __init__(self, *, model_name: str = "scripted-model") -> None:
         self.model_name = model_name
-        self.fallback: Callable[[RecordedRequest], str] | None = None
+        # Answers a call nothing is queued for: a text, or a reply made with tool_call_reply.
+        self.fallback: Callable[[RecordedRequest], str | _Reply] | None = None
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
@@ -203,6 +204,13 @@ class ScriptedModel:
             self._usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
         return self
 
+    def tool_call_reply(
+        self, name: str, args: dict[str, Any] | str, *, text: str = ""
+    ) -> _Reply:
+        """A reply with one tool call, for a ``fallback`` to return (concurrent tests, where
+        which session takes which queued step is not known in advance)."""
+        return _Reply(text=text, tool_calls=(self._call(name, args, None),))
+
     def pending(self) -> int:
         """Number of queued steps not consumed yet."""
         with self._lock:
@@ -229,7 +237,8 @@ class ScriptedModel:
             fallback = self.fallback
         if step is None:
             assert fallback is not None
-            step = _Reply(text=fallback(request))
+            answer = fallback(request)
+            step = answer if isinstance(answer, _Reply) else _Reply(text=answer)
         with self._lock:
             if isinstance(step, _Cut):
                 following = next((s for s in self._queue if isinstance(s, _Reply)), None)
