@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
-import weakref
 from typing import TYPE_CHECKING
 
 from hippobot.agent.budget import usage_estimate
 from hippobot.context import tokens
 from hippobot.errors import ProviderError, StorageError
-from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,
     SUMMARY_MAX_CHARS,
@@ -39,6 +38,7 @@ from hippobot.lifecycle.summaries import (
     raw_entry,
     summary_from_tool_call,
 )
+from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.memory.history import HistoryEntry, HistorySource
 from hippobot.messages import Message, public_text
 from hippobot.prompts import render
