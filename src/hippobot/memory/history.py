@@ -126,7 +126,7 @@ def parse_line(line: str) -> HistoryEntry | None:
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
