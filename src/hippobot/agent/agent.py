@@ -314,7 +314,7 @@ class Agent:
 
             for path in media:  # fail before anything is saved: a clear error, nothing lost
                 load_image_block(Path(path).expanduser())
-        session = self.sessions.get(key)
+        session = await self.sessions.aget(key)  # a file lock wait must not block the loop
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)

@@ -69,7 +69,7 @@ class CommandRouter:
 
     async def _new(self, key: str, arg: str) -> str:
         agent = self.agent
-        session = agent.sessions.get(key)
+        session = await agent.sessions.aget(key)
         async with agent.sessions.lock(key):
             await agent.sessions.refresh(session)
             end = len(session.messages)
@@ -87,11 +87,13 @@ class CommandRouter:
     async def _status(self, key: str, arg: str) -> str:
         from hippobot.agent.inspect import status_report
 
+        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
         return status_report(self.agent, key).to_text()
 
     async def _context(self, key: str, arg: str) -> str:
         from hippobot.agent.inspect import context_report
 
+        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
         return context_report(self.agent, key).to_text(full=arg == "full")
 
     async def _dream(self, key: str, arg: str) -> str:

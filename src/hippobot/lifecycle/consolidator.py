@@ -122,7 +122,7 @@ class Consolidator:
 
     async def consolidate_locked(self, key: str) -> int:
         """Background entry point: consolidate a session by key if it is still over budget."""
-        session = self.agent.sessions.get(key)
+        session = await self.agent.sessions.aget(key)
         return await self.consolidate(session, only_if_over=self.agent.budget.trigger)
 
     async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
@@ -188,10 +188,10 @@ class Consolidator:
     async def resume_pending(self) -> int:
         """Finish ``/new`` archives a previous process did not complete; returns how many."""
         resumed = 0
-        for info in self.agent.sessions.list():
-            session = self.agent.sessions.get(info.key)
+        for info in await asyncio.to_thread(self.agent.sessions.list):
+            session = await self.agent.sessions.aget(info.key)
             fresh = int(session.metadata.get("fresh_start", 0) or 0)
-            self.repair(session)
+            await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
                 self.agent.jobs.schedule(
                     f"archive:{session.key}", lambda s=session, f=fresh: self.archive_until(s, f)

@@ -39,7 +39,7 @@ async def _dream_loop(agent: Agent) -> None:
     while True:
         delay = next_dream_delay(config.interval_h, config.cron, datetime.now().astimezone())
         await asyncio.sleep(delay)
-        if agent.memory.pending_count() == 0:
+        if await asyncio.to_thread(agent.memory.pending_count) == 0:
             continue
         try:
             result = await agent.dream.run()
@@ -51,8 +51,8 @@ async def _dream_loop(agent: Agent) -> None:
 async def _idle_loop(agent: Agent) -> None:
     while True:
         await asyncio.sleep(IDLE_SCAN_SECONDS)
-        for info in agent.sessions.list():
-            session = agent.sessions.get(info.key)
+        for info in await asyncio.to_thread(agent.sessions.list):
+            session = await agent.sessions.aget(info.key)
             if agent.consolidator.idle_due(session) and not agent.jobs.running(f"idle:{info.key}"):
                 agent.jobs.schedule(f"idle:{info.key}", lambda s=session: agent.consolidator.compact_idle(s))
 
