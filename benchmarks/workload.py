@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from hippobot.agent.budget import Budget
 from hippobot.cli.onboard import onboard
 from hippobot.config import Settings, load_settings
 from hippobot.context import tokens
+from hippobot.context.budget import Budget
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.memory.history import HistorySource
 from hippobot.memory.store import MemoryStore

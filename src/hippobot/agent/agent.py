@@ -20,22 +20,22 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.background import BackgroundJobs
-from hippobot.agent.budget import Budget, usage_estimate
-from hippobot.agent.events import EventSink, Notice
-from hippobot.agent.runner import Runner, RunResult
-from hippobot.agent.wire import to_wire
 from hippobot.config import Settings
 from hippobot.context import tokens
+from hippobot.context.budget import Budget, usage_estimate
 from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_prompt
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
+from hippobot.context.wire import to_wire
 from hippobot.errors import ProviderError, StorageError, UserError
+from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
-from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.loop.events import EventSink, Notice
+from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message
+from hippobot.redact import redact_exact, redact_secrets
 from hippobot.session.keys import validate_key
 from hippobot.session.manager import SessionManager
 from hippobot.session.model import Session

@@ -81,7 +81,7 @@ def context_report(agent: Agent, key: str) -> ContextReport:
     system = agent.system_prompt(session, registry.names())
     schemas = registry.schemas()
     history = agent.replay(session, system, schemas)
-    from hippobot.agent.wire import to_wire
+    from hippobot.context.wire import to_wire
 
     wire = [to_wire(m) for m in history]
     budget = agent.budget.input

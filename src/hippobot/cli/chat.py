@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hippobot.agent.events import (
+from hippobot.errors import HippobotError, ProviderError, UserError
+from hippobot.loop.events import (
     AgentEvent,
     Notice,
     ReplyDelta,
@@ -17,7 +18,6 @@ from hippobot.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-from hippobot.errors import HippobotError, ProviderError, UserError
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent

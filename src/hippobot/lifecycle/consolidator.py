@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from hippobot.agent.budget import usage_estimate
 from hippobot.context import tokens
+from hippobot.context.budget import usage_estimate
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,

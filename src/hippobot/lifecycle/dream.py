@@ -30,9 +30,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
 from hippobot.locks import LockTimeout, acquire_async
+from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message

@@ -54,7 +54,7 @@ from hippobot.memory.history import (
     strip_think,
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
-from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.redact import redact_exact, redact_secrets
 
 __all__ = [
     "DEFAULT_KEEP_ENTRIES",

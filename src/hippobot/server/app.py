@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hippobot.agent.events import ReplyDelta, ToolStarted
+from hippobot.loop.events import ReplyDelta, ToolStarted
 from hippobot.server.web import index
 
 # Re-exported (as are the wire names in __all__): they lived here before wire.py.

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.events import (
+from hippobot.loop.events import (
     EventSink,
     Notice,
     ReplyDelta,
