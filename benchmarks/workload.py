@@ -245,7 +245,7 @@ def fixed_tokens(settings: Settings) -> int:
 
     agent = Agent(settings)
     registry = agent.tools_for(KEY)
-    system = agent.system_prompt(Session(key=KEY), registry.names())
+    system = agent.prompts.system_prompt(Session(key=KEY), registry.names())
     return tokens.count_text(system.text) + tokens.count_tools(registry.schemas())
 
 

@@ -77,7 +77,7 @@ class CommandRouter:
             session.metadata["fresh_start"] = end
             session.summary = None
             await agent.sessions.save_meta(session)
-        if pending > 0 and agent.settings.model_configured():
+        if pending > 0 and agent.llm.configured():
             agent.jobs.schedule(
                 f"archive:{key}", lambda: agent.consolidator.archive_until(session, end)
             )
@@ -103,16 +103,16 @@ class CommandRouter:
     async def _dream_log(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_log
 
-        return await asyncio.to_thread(describe_log, self.agent, arg or None)
+        return await asyncio.to_thread(describe_log, self.agent.git, arg or None)
 
     async def _dream_restore(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_restore, list_versions
 
         if not arg:
-            return await asyncio.to_thread(list_versions, self.agent)
-        return await asyncio.to_thread(describe_restore, self.agent, arg)
+            return await asyncio.to_thread(list_versions, self.agent.git)
+        return await asyncio.to_thread(describe_restore, self.agent.git, arg)
 
     async def _dream_prompt(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.dream import dream_prompt_command
 
-        return await asyncio.to_thread(dream_prompt_command, self.agent, arg)
+        return await asyncio.to_thread(dream_prompt_command, self.agent.dream, arg)

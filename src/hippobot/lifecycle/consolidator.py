@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hippobot.context import tokens
-from hippobot.context.budget import usage_estimate
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,
@@ -47,7 +47,12 @@ from hippobot.session.model import ArchivedSummary, Session
 from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.context.assembler import PromptAssembler
+    from hippobot.context.budget import Budget
+    from hippobot.lifecycle.background import BackgroundJobs
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
+    from hippobot.session.manager import SessionManager
 
 __all__ = ["Consolidator", "SliceOutcome", "legal_boundaries"]
 
@@ -82,9 +87,32 @@ def legal_boundaries(messages: list[Message], start: int) -> list[tuple[int, boo
 
 
 class Consolidator:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.workspace = Workspace(agent.workspace)
+    """Archives sessions of one workspace. Collaborators: the sessions, the memory store,
+    the prompt assembler (the same request a turn sends), the model, the budget, the
+    background jobs, the workspace's lock names and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        sessions: SessionManager,
+        memory: MemoryStore,
+        prompts: PromptAssembler,
+        model: ModelClient,
+        budget: Budget,
+        jobs: BackgroundJobs,
+        workspace: Workspace,
+        idle_minutes: int = 0,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.sessions = sessions
+        self.memory = memory
+        self.prompts = prompts
+        self.model = model
+        self.budget = budget
+        self.jobs = jobs
+        self.workspace = workspace
+        self.idle_minutes = idle_minutes
+        self.redact = redact
         # idle locks are garbage-collected, so a server seeing many sessions stays small
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._held: dict[str, HeldLock] = {}
@@ -93,20 +121,10 @@ class Consolidator:
 
     def estimate(self, session: Session) -> int:
         """Prompt tokens the next request on this session would use (ground truth + delta)."""
-        reported = usage_estimate(session)
-        if reported is not None:
-            return reported
-        start = session.replay_start
-        registry = self.agent.tools_for(session.key)
-        system = self.agent.system_prompt(session, registry.names())
-        return (
-            tokens.count_text(system.text)
-            + tokens.count_tools(registry.schemas())
-            + tokens.count_messages(session.messages[start:])
-        )
+        return self.prompts.estimate(session)
 
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
-        minutes = self.agent.settings.defaults.idle_compact_after_minutes
+        minutes = self.idle_minutes
         if minutes <= 0 or session.replay_start >= len(session.messages):
             return False
         try:
@@ -122,8 +140,8 @@ class Consolidator:
 
     async def consolidate_locked(self, key: str) -> int:
         """Background entry point: consolidate a session by key if it is still over budget."""
-        session = await self.agent.sessions.aget(key)
-        return await self.consolidate(session, only_if_over=self.agent.budget.trigger)
+        session = await self.sessions.aget(key)
+        return await self.consolidate(session, only_if_over=self.budget.trigger)
 
     async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
         """Archive oldest slices until the prompt is under the target; returns entries written."""
@@ -131,9 +149,9 @@ class Consolidator:
             if not await self._file_lock(session.key, timeout=0):
                 return 0  # another process is consolidating this session right now
             try:
-                await self.agent.sessions.refresh(session)
+                await self.sessions.refresh(session)
                 await asyncio.to_thread(self.repair, session)
-                budget = self.agent.budget
+                budget = self.budget
                 estimate = self.estimate(session)
                 if only_if_over and estimate < only_if_over:
                     return 0
@@ -165,7 +183,7 @@ class Consolidator:
             if not await self._file_lock(session.key, timeout=30):
                 return None
             try:
-                await self.agent.sessions.refresh(session)
+                await self.sessions.refresh(session)
                 await asyncio.to_thread(self.repair, session)
                 if session.last_consolidated >= end:
                     return None
@@ -183,17 +201,17 @@ class Consolidator:
         outcome = await self.archive_until(session, len(session.messages))
         if outcome and outcome.entry is not None and not outcome.raw:
             session.summary = ArchivedSummary(text=outcome.entry.content, last_active=last_active)
-            await self.agent.sessions.save_meta(session)
+            await self.sessions.save_meta(session)
 
     async def resume_pending(self) -> int:
         """Finish ``/new`` archives a previous process did not complete; returns how many."""
         resumed = 0
-        for info in await asyncio.to_thread(self.agent.sessions.list):
-            session = await self.agent.sessions.aget(info.key)
+        for info in await asyncio.to_thread(self.sessions.list):
+            session = await self.sessions.aget(info.key)
             fresh = int(session.metadata.get("fresh_start", 0) or 0)
             await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
-                self.agent.jobs.schedule(
+                self.jobs.schedule(
                     f"archive:{session.key}", lambda s=session, f=fresh: self.archive_until(s, f)
                 )
                 resumed += 1
@@ -203,7 +221,7 @@ class Consolidator:
 
     def repair(self, session: Session) -> None:
         """Fast-forward the pointer past a slice already archived by an interrupted run."""
-        entries = self.agent.memory.read_history(session_key=session.key)
+        entries = self.memory.read_history(session_key=session.key)
         for entry in reversed(entries):
             src = entry.source
             if src is not None and src.session == session.key:
@@ -253,9 +271,9 @@ class Consolidator:
             failure = None if parsed.ok else "the model's answer followed no known format"
         except ProviderError as exc:
             # an endpoint may echo the key it rejected; the reason goes into the archive
-            parsed, failure = ParsedSummary(()), self.agent.redact(str(exc))
+            parsed, failure = ParsedSummary(()), self.redact(str(exc))
         source = HistorySource(session=key, start=start, end=end)
-        memory = self.agent.memory
+        memory = self.memory
         if failure is not None:
             log.warning("session %s: summary of messages %d-%d failed (%s); archiving them raw",
                         key, start, end - 1, failure)
@@ -278,7 +296,7 @@ class Consolidator:
     async def _advance(self, session: Session, end: int) -> None:
         if end > session.last_consolidated:
             session.last_consolidated = end
-            await self.agent.sessions.save_meta(session)
+            await self.sessions.save_meta(session)
 
     async def _summarise(self, session: Session, start: int, end: int) -> ParsedSummary:
         prefix = self._prefix_request(session, start, end)
@@ -286,9 +304,12 @@ class Consolidator:
             return await self._ask(prefix[0], prefix[1], tool_mode=False)
         return await self._summarise_transcript(session, start, end)
 
-    def _prefix_request(self, session: Session, start: int, end: int):
+    def _prefix_request(
+        self, session: Session, start: int, end: int
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         """The previous request + an instruction, when the slice is its oldest replayed part."""
-        messages, registry = self.agent.build_request_messages(session)
+        prepared = self.prompts.prepare(session)
+        messages, schemas = prepared.messages, prepared.schemas
         history = session.get_history(max_messages=0)  # identity of replayed stored messages
         replayed_ids = {id(m) for m in history}
         slice_msgs = [m for m in session.messages[start:end] if not m.get("_command")]
@@ -302,12 +323,12 @@ class Consolidator:
             last = f"a {slice_msgs[-1].get('role', 'tool')} message"
         instruction = render("consolidate.md", count=count, last_excerpt=last[:60])
         request = [*messages, {"role": "user", "content": instruction}]
-        if tokens.count_messages(request) + tokens.count_tools(registry.schemas()) > self.agent.budget.input + self.agent.budget.max_tokens:
+        if tokens.count_messages(request) + tokens.count_tools(schemas) > self.budget.input + self.budget.max_tokens:
             return None
-        return request, registry.schemas()
+        return request, schemas
 
     async def _summarise_transcript(self, session: Session, start: int, end: int) -> ParsedSummary:
-        budget = max(1000, self.agent.budget.input // 2) if self.agent.budget.enabled else 50_000
+        budget = max(1000, self.budget.input // 2) if self.budget.enabled else 50_000
         parts: list[tuple[int, int]] = []
         part_start, used = start, 0
         for i in range(start, end):
@@ -333,16 +354,18 @@ class Consolidator:
             lines.extend(line for line in parsed.lines if line not in lines)
         return ParsedSummary(tuple(lines), nothing=nothing and not lines)
 
-    async def _ask(self, messages: list[dict], tools: list[dict], *, tool_mode: bool) -> ParsedSummary:
+    async def _ask(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, tool_mode: bool
+    ) -> ParsedSummary:
         request = ChatRequest(
-            model=self.agent.model,
+            model=self.model.name,
             messages=messages,
             tools=tools,
             tool_choice="auto" if tool_mode else "none",
-            max_tokens=min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(_SUMMARY_REPLY_TOKENS, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
-        response = await collect(self.agent.provider.stream(request))
+        response = await collect(self.model.provider.stream(request))
         for call in response.tool_calls:
             if call["function"]["name"] == "save_summary":
                 parsed = summary_from_tool_call(call["function"]["arguments"])

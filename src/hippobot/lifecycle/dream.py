@@ -24,7 +24,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +41,10 @@ from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config.schema import DreamConfig
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
 
 __all__ = ["MEMORY_FILES", "Dream", "DreamResult", "dream_prompt_command", "parse_findings"]
 
@@ -123,21 +126,38 @@ class _OverBudget(Exception):
 
 
 class Dream:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.workspace = agent.workspace
-        self.paths = Workspace(self.workspace)
+    """Dream runs of one workspace. Collaborators: the workspace's paths and locks, the
+    memory store, the memory repository (``git``, opened on first use), the model, the
+    ``dream`` settings and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        memory: MemoryStore,
+        git: Callable[[], GitStore],
+        model: ModelClient,
+        config: DreamConfig,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.paths = workspace
+        self.workspace = workspace.root
+        self.memory = memory
+        self._git = git
+        self.model = model
+        self.config = config
+        self.redact = redact
         self.state = self.paths.dream_state
         self.staged = self.state / "staged"
         self.manifest = self.state / "manifest.json"
 
     @property
-    def config(self):
-        return self.agent.settings.defaults.dream
+    def git(self) -> GitStore:
+        return self._git()
 
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
-        custom = self.workspace / "prompts" / "dream.md"
+        custom = self.paths.dream_guide
         try:
             text = custom.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -168,7 +188,7 @@ class Dream:
         return result
 
     async def _run(self, dry_run: bool) -> DreamResult:
-        memory = self.agent.memory
+        memory = self.memory
         if not dry_run:
             await asyncio.to_thread(self.recover)
         pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
@@ -194,7 +214,7 @@ class Dream:
             log.warning("Dream stopped: %s; the rest stays pending", exc)
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
-            reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
+            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
             log.warning("Dream failed: %s; the entries stay pending", reason)
             result.status, result.error = "failed", reason
         if dry_run:
@@ -207,10 +227,10 @@ class Dream:
         return result
 
     def _provider(self) -> Provider:
-        return self.agent.provider
+        return self.model.provider
 
     def _model(self) -> str:
-        return self.config.model_override or self.agent.model
+        return self.config.model_override or self.model.name
 
     def _files(self, root: Path) -> dict[str, str]:
         out = {}
@@ -240,8 +260,8 @@ class Dream:
         )
         request = ChatRequest(
             model=self._model(), messages=[{"role": "user", "content": prompt}],
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
         response = await collect(provider.stream(request))
         findings, valid = parse_findings(response.text)
@@ -270,8 +290,8 @@ class Dream:
         runner = Runner(
             provider=provider, model=self._model(), tools=registry,
             max_iterations=self.config.max_iterations,
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
 
         async def keep(msg: Message) -> Message:
@@ -337,7 +357,7 @@ class Dream:
             return (), None
         from hippobot.memory.gitstore import merge3
 
-        git = self.agent.git
+        git = self.git
         if git.available and git.initialized:
             git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
         changed: list[str] = []
@@ -359,7 +379,7 @@ class Dream:
             if merged != live:
                 atomic_write_text(live_path, merged)
                 changed.append(name)
-        self.agent.memory.set_dream_cursor(int(manifest["cursor"]))
+        self.memory.set_dream_cursor(int(manifest["cursor"]))
         sha = None
         if git.available and git.initialized:
             from hippobot.memory.gitstore import dream_message
@@ -376,10 +396,9 @@ class Dream:
         return tuple(changed), sha
 
 
-def dream_prompt_command(agent: Agent, arg: str) -> str:
+def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
-    dream = agent.dream
-    path = agent.workspace / "prompts" / "dream.md"
+    path = dream.paths.dream_guide
     if arg == "init":
         if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
             return f"{path} already has your guide; edit it directly."
@@ -391,4 +410,3 @@ def dream_prompt_command(agent: Agent, arg: str) -> str:
     text, custom = dream.guide()
     origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
     return f"Dream guide in effect: {origin}\n\n{text}"
-
