@@ -209,7 +209,7 @@ def test_tool_schemas_are_counted_once_per_text():
 
 def test_prompt_estimate_uses_provider_usage_plus_new_messages():
     from hippobot.context.budget import usage_estimate
-    from hippobot.session.model import Session
+    from hippobot.session.model import Session, SessionUsage
 
     history = [
         {"role": "user", "content": "first question"},
@@ -219,10 +219,10 @@ def test_prompt_estimate_uses_provider_usage_plus_new_messages():
     session = Session(key="cli:direct", messages=list(history))
     assert usage_estimate(session) is None  # no report yet: the caller counts the prompt
     # the provider said the request with the first message cost 1000 tokens
-    session.usage = {"prompt_tokens": 1000, "completion_tokens": 0, "messages_at": 1, "replay_start": 0}
+    session.usage = SessionUsage(prompt_tokens=1000, messages_at=1, replay_start=0)
     assert usage_estimate(session) == 1000 + tokens.count_messages(history[1:])
     # usage that covers more messages than exist (history was consolidated) is ignored
-    session.usage = {"prompt_tokens": 1000, "completion_tokens": 0, "messages_at": 3, "replay_start": 0}
+    session.usage = SessionUsage(prompt_tokens=1000, messages_at=3, replay_start=0)
     session.messages = history[:1]
     assert usage_estimate(session) is None
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from hippobot.session import JsonlSessionStore, SessionManager
+from hippobot.session.model import SessionUsage
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nanobot_v0_2_telegram_8281248569.jsonl"
 KEY = "telegram:8281248569"
@@ -29,7 +30,7 @@ def test_legacy_session_is_migrated_and_the_old_file_kept(tmp_path: Path) -> Non
     ]  # fmt: skip
     assert session.last_consolidated == 2
     assert session.summary is not None and session.summary.text == "- User prefers replies in German"
-    assert session.usage == {"prompt_tokens": 1834, "completion_tokens": 41, "cached_tokens": 1792}
+    assert session.usage == SessionUsage(prompt_tokens=1834, completion_tokens=41, cached_tokens=1792)
     assert session.metadata == {"title": "Backup status"}
     assert session.created_at.startswith("2026-03-20T09:14:02.118")
     assert session.created_at[-6] in "+-"  # naive nanobot time became aware local time

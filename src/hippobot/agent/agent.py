@@ -37,7 +37,7 @@ from hippobot.providers.model import ModelClient
 from hippobot.redact import redact_exact, redact_secrets
 from hippobot.session.keys import validate_key
 from hippobot.session.manager import SessionManager
-from hippobot.session.model import Session
+from hippobot.session.model import Session, SessionUsage
 from hippobot.session.store import JsonlSessionStore
 from hippobot.workspace import Workspace
 
@@ -344,13 +344,13 @@ class Agent:
                 exc.args = (self.redact(str(exc)), *exc.args[1:])
                 raise
             if result.usage is not None:
-                session.usage = {
-                    "prompt_tokens": result.usage.prompt_tokens,
-                    "completion_tokens": result.usage.completion_tokens,
-                    "cached_tokens": result.usage.cached_tokens,
-                    "messages_at": len(session.messages),
-                    "replay_start": session.replay_start,
-                }
+                session.usage = SessionUsage(
+                    prompt_tokens=result.usage.prompt_tokens,
+                    completion_tokens=result.usage.completion_tokens,
+                    cached_tokens=result.usage.cached_tokens,
+                    messages_at=len(session.messages),
+                    replay_start=session.replay_start,
+                )
             await self.sessions.save_meta(session)
         if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
             await asyncio.to_thread(self._commit_memory_edits, key)
@@ -391,8 +391,8 @@ class Agent:
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""
-        fresh = session.metadata.get("fresh_start")
-        if isinstance(fresh, int) and session.last_consolidated < fresh:
+        fresh = session.fresh_start
+        if session.last_consolidated < fresh:
             # A /new whose archiving did not finish before its process exited.
             key = f"archive:{session.key}"
             if not self.jobs.running(key):

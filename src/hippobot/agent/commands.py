@@ -74,7 +74,7 @@ class CommandRouter:
             await agent.sessions.refresh(session)
             end = len(session.messages)
             pending = end - session.last_consolidated
-            session.metadata["fresh_start"] = end
+            session.fresh_start = end
             session.summary = None
             await agent.sessions.save_meta(session)
         if pending > 0 and agent.llm.configured():

@@ -167,7 +167,7 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         estimate_tokens=agent.prompts.estimate(session),
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
-        last_usage=session.usage,
+        last_usage=session.usage.to_dict() if session.usage else None,
         history_entries_pending=agent.memory.pending_count(),
         dream_cursor=agent.memory.dream_cursor(),
         last_cursor=agent.memory.last_cursor(),

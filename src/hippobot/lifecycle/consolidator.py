@@ -208,7 +208,7 @@ class Consolidator:
         resumed = 0
         for info in await asyncio.to_thread(self.sessions.list):
             session = await self.sessions.aget(info.key)
-            fresh = int(session.metadata.get("fresh_start", 0) or 0)
+            fresh = session.fresh_start
             await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
                 self.jobs.schedule(

@@ -28,7 +28,13 @@ from typing import Any, Literal
 
 from hippobot.errors import UserError
 from hippobot.messages import Message, public_text
-from hippobot.session.model import ArchivedSummary, Session, is_message, normalise_offset
+from hippobot.session.model import (
+    ArchivedSummary,
+    Session,
+    SessionUsage,
+    is_message,
+    normalise_offset,
+)
 
 __all__ = [
     "DEFAULT_META",
@@ -72,7 +78,7 @@ def meta_state(session: Session) -> dict[str, Any]:
         {
             "last_consolidated": session.last_consolidated,
             "summary": asdict(session.summary) if session.summary else None,
-            "usage": session.usage,
+            "usage": session.usage.to_dict() if session.usage else None,
             "metadata": session.metadata,
         }
     )
@@ -99,12 +105,7 @@ def apply_meta(session: Session, record: dict[str, Any]) -> None:
     session.summary = None
     if isinstance(summary, dict) and isinstance(summary.get("text"), str):
         session.summary = ArchivedSummary(summary["text"], str(summary.get("last_active") or ""))
-    usage = record.get("usage")
-    session.usage = (
-        {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-        if isinstance(usage, dict)
-        else None
-    )
+    session.usage = SessionUsage.from_dict(record.get("usage"))
     metadata = record.get("metadata")
     session.metadata = metadata if isinstance(metadata, dict) else {}
 
