@@ -50,6 +50,7 @@ from hippobot.session.records import (
     preview,
     snapshot,
 )
+from hippobot.workspace import Workspace
 
 __all__ = [
     "FORMAT_VERSION",
@@ -198,7 +199,7 @@ class JsonlSessionStore:
     def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
         self.workspace = Path(workspace)
         self.root = self.workspace / SESSIONS_DIR
-        self._locks_dir = self.workspace / ".hippobot" / "locks"
+        self._paths = Workspace(self.workspace)
         self._fsync = fsync
         self._legacy = LegacyIndex(self.root)
         self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
@@ -222,8 +223,7 @@ class JsonlSessionStore:
         the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
         so such a read is still consistent.
         """
-        relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
-        lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
+        lock_path = self._paths.session_lock(key_to_relpath(key).relative_to(SESSIONS_DIR))
         stack = ExitStack()
         try:
             stack.enter_context(locked(lock_path, timeout=LOCK_TIMEOUT_S))
