@@ -23,7 +23,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from hippobot.locks import PathLock, many
 
@@ -108,7 +108,7 @@ class Workspace:
     def consolidate_lock(self, key: str) -> Path:
         return self.locks_dir / f"consolidate-{_digest(key)}.lock"
 
-    def session_lock(self, relative: Path) -> Path:
+    def session_lock(self, relative: PurePath) -> Path:
         """Lock of a session file given its path relative to ``sessions/``."""
         return self.locks_dir / "sessions" / relative.with_suffix(".lock")
 

@@ -32,7 +32,7 @@ from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.events import EventSink, Notice
 from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
-from hippobot.messages import Message
+from hippobot.messages import Message, ToolCall
 from hippobot.providers.model import ModelClient
 from hippobot.redact import redact_exact, redact_secrets
 from hippobot.session.keys import validate_key
@@ -269,7 +269,7 @@ class Agent:
     def redact(self, text: str) -> str:
         return redact_secrets(redact_exact(text, self._secrets))
 
-    def _redact_call(self, call: dict[str, Any]) -> dict[str, Any]:
+    def _redact_call(self, call: ToolCall) -> ToolCall:
         """A stored copy of a tool call without secrets in its arguments.
 
         The tool itself runs with what the model sent; only the record (and so every later
@@ -278,7 +278,7 @@ class Agent:
         """
         function = call.get("function")
         args = function.get("arguments") if isinstance(function, dict) else None
-        if not isinstance(args, str):
+        if not isinstance(args, str) or not isinstance(function, dict):
             return call
         try:
             value = json.loads(args)
@@ -331,8 +331,9 @@ class Agent:
             )
 
             async def persist(msg: Message) -> Message:
-                if isinstance(msg.get("content"), str):
-                    msg["content"] = self.redact(msg["content"])  # type: ignore[typeddict-item]
+                content = msg.get("content")
+                if isinstance(content, str):
+                    msg["content"] = self.redact(content)
                 if msg.get("tool_calls"):
                     msg["tool_calls"] = [self._redact_call(c) for c in msg["tool_calls"]]
                 (stored,) = await self.sessions.append(session, msg)

@@ -111,7 +111,7 @@ async def interactive(agent: Agent, key: str) -> int:
     from prompt_toolkit.history import FileHistory
 
     agent.settings.home.mkdir(parents=True, exist_ok=True)
-    prompt = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
     printer = _Printer(sys.stdout, sys.stderr, stream=True, color=True)
     sys.stderr.write(
         f"{_DIM}hippobot — session {key} — /help for commands, Ctrl-D to leave{_RESET}\n"

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hippobot.context import tokens
@@ -211,9 +212,7 @@ class Consolidator:
             fresh = session.fresh_start
             await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
-                self.jobs.schedule(
-                    f"archive:{session.key}", lambda s=session, f=fresh: self.archive_until(s, f)
-                )
+                self.jobs.schedule(f"archive:{session.key}", partial(self.archive_until, session, fresh))
                 resumed += 1
         return resumed
 

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ async def _idle_loop(s: Schedules) -> None:
             session = await s.sessions.aget(info.key)
             key = f"idle:{info.key}"
             if s.consolidator.idle_due(session) and not s.jobs.running(key):
-                s.jobs.schedule(key, lambda s_=session: s.consolidator.compact_idle(s_))
+                s.jobs.schedule(key, partial(s.consolidator.compact_idle, session))
 
 
 async def _resume(s: Schedules) -> None:

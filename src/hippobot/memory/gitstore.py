@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -439,7 +440,7 @@ class GitStore:
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
-            _past_stale_locks(lambda b=blob: repo.object_store.add_object(b))
+            _past_stale_locks(partial(repo.object_store.add_object, blob))
             blobs.append((path.encode("utf-8", "surrogateescape"), blob.id, _FILE_MODE))
         tree = _past_stale_locks(lambda: commit_tree(repo.object_store, blobs))
         if head is not None and repo[head].tree == tree:
