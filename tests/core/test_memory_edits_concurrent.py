@@ -8,7 +8,7 @@ import re
 import threading
 
 from hippobot.memory.gitstore import GitStore
-from hippobot.testing.scripted import RecordedRequest
+from hippobot.testing.scripted import FallbackReply, RecordedRequest
 
 SESSIONS, TURNS = 8, 5
 
@@ -20,11 +20,11 @@ def _fact_editor(scripted_model):
         if request.messages and request.messages[-1].get("role") == "tool":
             return "ok"
         tag = re.search(r"remember (\d+-\d+)", request.last_user_text()).group(1)
-        return scripted_model.tool_call_reply(
+        return FallbackReply(tool_calls=((
             "edit_file",
             {"path": "memory/MEMORY.md", "old_text": "### Decisions",
              "new_text": f"### Decisions\n- FACT-{tag}"},
-        )
+        ),))
 
     return answer
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hippobot.config import Settings
+from hippobot.context import tokens
 from hippobot.context.assembler import PromptAssembler, split_key
 from hippobot.context.budget import Budget
 from hippobot.context.builder import ContextBuilder
@@ -139,13 +140,17 @@ class Agent:
         )
         self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
         self.prompts = PromptAssembler(
-            builder=ContextBuilder(self.files, self.skills),
+            builder=ContextBuilder(
+                self.files, self.skills, max_history_tokens=self.budget.history_tokens
+            ),
             history=self.memory,
             tools_for=self.tools_for,
             model_label=self.llm.label,
             budget=self.budget,
             max_history_messages=defaults.max_history_messages,
+            include_other_sessions=defaults.see_other_sessions,
         )
+        self._window_checked = False
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
@@ -208,6 +213,7 @@ class Agent:
             git=lambda: self.git,
             model=self.llm,
             config=self.settings.defaults.dream,
+            budget=self.budget,
             redact=self.redact,
         )
 
@@ -234,6 +240,7 @@ class Agent:
                 jobs=self.jobs,
                 config=self.settings.defaults.dream,
                 idle_minutes=self.limits.idle_compact_after_minutes,
+                history_tokens=self.budget.history_tokens,
             )
         )
 
@@ -264,6 +271,11 @@ class Agent:
         msg: Message = {"role": "user", "content": content, "_runtime_context": marker}
         if media:
             msg["media"] = [str(Path(p).expanduser().resolve()) for p in media]
+        return msg
+
+    def _counted_user_message(self, key: str, text: str, media: Sequence[str]) -> Message:
+        msg = self.user_message(key, text, media)
+        tokens.count_message(msg)  # cached: the prompt budget counts it again for free
         return msg
 
     def redact(self, text: str) -> str:
@@ -300,7 +312,12 @@ class Agent:
         *,
         media: Sequence[str] = (),
         on_event: EventSink | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
     ) -> TurnResult:
+        """One turn. ``max_tokens`` (capped by ``maxTokens``) and ``stop`` override the
+        configured reply limits for this turn's model calls (``hippobot serve`` passes what
+        its client asked for)."""
         validate_key(key)
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
@@ -318,16 +335,20 @@ class Agent:
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
-            await self.sessions.append(session, self.user_message(key, text, media))
+            # Redacting and counting a long message take a while: not on the event loop.
+            user = await asyncio.to_thread(self._counted_user_message, key, text, media)
+            await self.sessions.append(session, user)
             request = self.prompts.prepare(session)
             runner = Runner(
                 provider=self.provider,
                 model=self.model,
                 tools=request.tools,
                 max_iterations=self.limits.max_iterations,
-                max_tokens=self.limits.max_tokens,
+                # a request's own cap never raises the reply reserve the budget kept free
+                max_tokens=min(max_tokens or self.budget.reply_reserve, self.budget.reply_reserve),
                 temperature=self.limits.temperature,
                 max_tool_result_chars=self.limits.max_tool_result_chars,
+                stop=tuple(stop),
             )
 
             async def persist(msg: Message) -> Message:
@@ -400,6 +421,7 @@ class Agent:
                 self.jobs.schedule(key, lambda: self.consolidator.archive_until(session, fresh))
         if not self.budget.enabled:
             return
+        self.check_window(session)
         if self.consolidator.idle_due(session):
             await self.consolidator.compact_idle(session)
         if self.consolidator.estimate(session) >= self.budget.input:
@@ -416,8 +438,37 @@ class Agent:
             except Exception as exc:  # versioning must never break a chat
                 log.warning("could not version the memory edit: %s", exc)
 
+    def fixed_prompt_tokens(self, session: Session) -> int:
+        """Tokens every request carries whatever the memory: identity, tool contract, skills
+        list, tool schemas, plus the consolidation instruction its archive requests append."""
+        from hippobot.prompts import render
+
+        registry = self.tools_for(session.key)
+        system = self.prompts.system_prompt(session, registry.names())
+        fixed = sum(
+            tokens.count_text(s.text) + 4
+            for s in system.sections
+            if s.name in ("identity", "tool_contract", "skills", "active_skills")
+        )
+        instruction = render("consolidate.md", count=99, last_excerpt="x" * 60)
+        return fixed + tokens.count_tools(registry.schemas()) + tokens.count_text(instruction)
+
+    def check_window(self, session: Session) -> None:
+        """A ConfigError naming the smallest workable window when the fixed prompt leaves no
+        room for a conversation (checked once per process)."""
+        if self._window_checked or not self.budget.enabled:
+            return
+        from hippobot.context.budget import check_window
+
+        check_window(
+            self.budget, self.fixed_prompt_tokens(session),
+            "identity, tool contract, skills list, tool schemas, archive instruction",
+            config_path=str(self.settings.config_path),
+        )
+        self._window_checked = True
+
     def _after_turn(self, session: Session) -> None:
-        if self.budget.enabled and self.consolidator.estimate(session) >= self.budget.trigger:
+        if self.consolidator.due(session):
             self.jobs.schedule(
                 f"consolidate:{session.key}", lambda: self.consolidator.consolidate_locked(session.key)
             )

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hippobot.context import tokens
 from hippobot.context.budget import Budget, usage_estimate
-from hippobot.context.builder import ContextBuilder, HistoryLike, SystemPrompt
+from hippobot.context.builder import ContextBuilder, SystemPrompt
+from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
 from hippobot.context.wire import to_wire
+from hippobot.memory.history import HistoryEntry
 from hippobot.messages import Message
 from hippobot.session.model import Session
 
@@ -41,7 +43,7 @@ class HistorySource(Protocol):
 
     def read_history(
         self, *, after: int = 0, session_key: str | None = None, limit: int | None = None
-    ) -> Sequence[HistoryLike]: ...
+    ) -> Sequence[HistoryEntry]: ...
 
     def dream_cursor(self) -> int: ...
 
@@ -82,6 +84,7 @@ class PromptAssembler:
         model_label: Callable[[], str],
         budget: Budget,
         max_history_messages: int,
+        include_other_sessions: bool = False,
     ) -> None:
         self.builder = builder
         self.history = history
@@ -89,6 +92,7 @@ class PromptAssembler:
         self.model_label = model_label
         self.budget = budget
         self.max_history_messages = max_history_messages
+        self.include_other_sessions = include_other_sessions
         # Stored messages never change, so each one's wire form is built once and reused
         # while it is replayed (the entry keeps the message alive, so ids are never confused).
         self._wire_cache: OrderedDict[str, dict[int, tuple[Message, dict[str, Any]]]] = (
@@ -101,17 +105,27 @@ class PromptAssembler:
 
     # --- parts ------------------------------------------------------------------------
 
+    def recent_history(self, key: str) -> RecentSelection:
+        """What ``# Recent History`` shows in session ``key``: pending archive entries of
+        this session and the durable lines of the others' (context.recent)."""
+        pending = self.history.read_history(after=self.history.dream_cursor())
+        return select_recent_history(
+            [RecentEntry(e.cursor, e.timestamp, e.content, e.session_key) for e in pending],
+            session_key=key,
+            include_other_sessions=self.include_other_sessions,
+            max_tokens=self.budget.history_tokens,
+        )
+
     def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
         channel, _ = split_key(session.key)
-        recent = self.history.read_history(
-            after=self.history.dream_cursor(), session_key=session.key
-        )
+        selection = self.recent_history(session.key)
         return self.builder.build(
-            recent_history=recent,
+            recent_history=selection.entries,
             archived_summary=session.summary.text if session.summary else None,
             tool_names=tuple(tool_names),
             channel=channel,
             model=self.model_label(),
+            recent_history_note=selection.note,
         )
 
     def replay(

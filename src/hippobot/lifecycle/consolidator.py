@@ -124,6 +124,22 @@ class Consolidator:
         """Prompt tokens the next request on this session would use (ground truth + delta)."""
         return self.prompts.estimate(session)
 
+    def overhead(self, session: Session) -> int:
+        """Tokens of the next request that are not conversation: system prompt + tool schemas."""
+        registry = self.prompts.tools_for(session.key)
+        system = self.prompts.system_prompt(session, registry.names())
+        return tokens.count_text(system.text) + tokens.count_tools(registry.schemas())
+
+    def due(self, session: Session) -> bool:
+        """Whether the session's prompt has reached the consolidation trigger."""
+        budget = self.budget
+        if not budget.enabled:
+            return False
+        estimate = self.estimate(session)
+        if estimate < budget.trigger_for(0):
+            return False  # cheap exit: below the trigger whatever the overhead
+        return estimate >= budget.trigger_for(self.overhead(session))
+
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
         minutes = self.idle_minutes
         if minutes <= 0 or session.replay_start >= len(session.messages):
@@ -142,10 +158,14 @@ class Consolidator:
     async def consolidate_locked(self, key: str) -> int:
         """Background entry point: consolidate a session by key if it is still over budget."""
         session = await self.sessions.aget(key)
-        return await self.consolidate(session, only_if_over=self.budget.trigger)
+        return await self.consolidate(session, only_if_due=True)
 
-    async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
-        """Archive oldest slices until the prompt is under the target; returns entries written."""
+    async def consolidate(self, session: Session, *, only_if_due: bool = False) -> int:
+        """Archive oldest slices until the prompt is at the target; returns entries written.
+
+        The target leaves at least half the conversation's room free (agent.budget), so the
+        next consolidation is several turns away even in a 4,096-token window.
+        """
         async with self._session_lock(session.key):
             if not await self._file_lock(session.key, timeout=0):
                 return 0  # another process is consolidating this session right now
@@ -154,17 +174,19 @@ class Consolidator:
                 await asyncio.to_thread(self.repair, session)
                 budget = self.budget
                 estimate = self.estimate(session)
-                if only_if_over and estimate < only_if_over:
+                if only_if_due and not self.due(session):
                     return 0
                 written = 0
                 for _ in range(_MAX_ROUNDS):
-                    if estimate <= budget.target:
+                    overhead = self.overhead(session)
+                    target = budget.target_for(overhead)
+                    if estimate <= target:
                         break
                     # Leave room for the summary this round adds to Recent History, or the
                     # estimate lands just over the target and a second round (a second full
                     # request outside the prompt cache) follows.
-                    room = min(2000, budget.target // 10)
-                    end = self._pick_boundary(session, estimate - budget.target + room)
+                    room = min(2000, max(32, (target - overhead) // 8))
+                    end = self._pick_boundary(session, estimate - target + room)
                     if end is None:
                         log.info("session %s: no legal boundary to consolidate at", session.key)
                         break
@@ -322,7 +344,11 @@ class Consolidator:
             last = f"a {slice_msgs[-1].get('role', 'tool')} message"
         instruction = render("consolidate.md", count=count, last_excerpt=last[:60])
         request = [*messages, {"role": "user", "content": instruction}]
-        if tokens.count_messages(request) + tokens.count_tools(schemas) > self.budget.input + self.budget.max_tokens:
+        # The request must fit the window with its own reply (at most _SUMMARY_REPLY_TOKENS).
+        budget = self.budget
+        reply = min(_SUMMARY_REPLY_TOKENS, self.model.max_tokens)
+        limit = budget.input + max(0, budget.reply_reserve - reply)
+        if budget.enabled and tokens.count_messages(request) + tokens.count_tools(schemas) > limit:
             return None
         return request, schemas
 

@@ -2,6 +2,7 @@
 
 - Dream every ``dream.intervalH`` hours, or at each time of ``dream.cron``; a run is skipped when
   nothing is pending, and never overlaps another (Dream's own cross-process lock).
+- Dream as soon as pending facts would outgrow Recent History's share (``dream.auto``).
 - Idle compaction: sessions silent for ``idleCompactAfterMinutes`` are archived.
 - ``/new`` archives that a previous process did not finish are resumed at start.
 """
@@ -52,6 +53,7 @@ class Schedules:
     jobs: BackgroundJobs
     config: DreamConfig
     idle_minutes: int
+    history_tokens: int  # the Recent History share of the budget (auto-Dream's trigger)
 
 
 async def _dream_loop(s: Schedules, cron: str | None) -> None:
@@ -65,6 +67,20 @@ async def _dream_loop(s: Schedules, cron: str | None) -> None:
             log.info("scheduled Dream: %s", result.describe())
         except Exception:
             log.exception("scheduled Dream failed; the entries stay pending")
+
+
+async def _auto_dream_loop(s: Schedules) -> None:
+    """Dream as soon as pending facts would outgrow Recent History (lifecycle.autodream)."""
+    from hippobot.lifecycle.autodream import SCAN_SECONDS, dream_if_due
+
+    while True:
+        try:
+            result = await dream_if_due(s.memory, s.history_tokens, s.dream.run)
+            if result is not None:
+                log.info("Dream: %s", result.describe())
+        except Exception:
+            log.exception("Dream failed; the entries stay pending")
+        await asyncio.sleep(SCAN_SECONDS)
 
 
 async def _idle_loop(s: Schedules) -> None:
@@ -100,6 +116,8 @@ def start_schedulers(s: Schedules) -> list[asyncio.Task[None]]:
                             cron, exc)
                 cron = None
         tasks.append(loop.create_task(_dream_loop(s, cron), name="dream-schedule"))
+        if s.config.auto:
+            tasks.append(loop.create_task(_auto_dream_loop(s), name="dream-auto"))
     if s.idle_minutes > 0:
         tasks.append(loop.create_task(_idle_loop(s), name="idle-compaction"))
     return tasks

@@ -111,6 +111,10 @@ class ModelClient:
     def provider_created(self) -> Provider | None:
         return self._provider
 
+    def use(self, provider: Provider) -> None:
+        """Talk through ``provider`` from now on (tests: a client with its own timeout)."""
+        self._provider = provider
+
     async def aclose(self) -> None:
         close = getattr(self._provider, "aclose", None)
         if close is not None:

@@ -42,6 +42,7 @@ from hippobot.providers.base import (
 )
 
 __all__ = [
+    "FallbackReply",
     "RecordedRequest",
     "ScriptedCall",
     "ScriptedModel",
@@ -90,9 +91,22 @@ class ScriptedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class FallbackReply:
+    """What a ``fallback`` may return instead of plain text: text and tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Reply:
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
+    finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
+
+    def finish(self) -> str:
+        """The OpenAI finish reason this reply reports."""
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +158,11 @@ class ScriptedModel:
 
     def __init__(self, *, model_name: str = "scripted-model") -> None:
         self.model_name = model_name
-        # Answers a call nothing is queued for: a text, or a reply made with tool_call_reply.
-        self.fallback: Callable[[RecordedRequest], str | _Reply] | None = None
+        self.fallback: Callable[[RecordedRequest], str | FallbackReply] | None = None
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
-        self._usage: Usage | None = None
+        self._usage: deque[Usage] = deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -160,9 +173,9 @@ class ScriptedModel:
             self._queue.append(step)
         return self
 
-    def reply(self, text: str) -> ScriptedModel:
-        """Queue a plain text answer."""
-        return self._push(_Reply(text=text))
+    def reply(self, text: str, *, finish_reason: str | None = None) -> ScriptedModel:
+        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short."""
+        return self._push(_Reply(text=text, finish_reason=finish_reason))
 
     def reply_tool_call(
         self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = ""
@@ -199,17 +212,11 @@ class ScriptedModel:
     def usage(
         self, *, prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0
     ) -> ScriptedModel:
-        """Report these token counts with the next reply the model serves."""
+        """Report these token counts with the next reply the model serves (called several
+        times, with that many replies, in order)."""
         with self._lock:
-            self._usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
+            self._usage.append(Usage(prompt_tokens, completion_tokens, cached_tokens))
         return self
-
-    def tool_call_reply(
-        self, name: str, args: dict[str, Any] | str, *, text: str = ""
-    ) -> _Reply:
-        """A reply with one tool call, for a ``fallback`` to return (concurrent tests, where
-        which session takes which queued step is not known in advance)."""
-        return _Reply(text=text, tool_calls=(self._call(name, args, None),))
 
     def pending(self) -> int:
         """Number of queued steps not consumed yet."""
@@ -238,14 +245,20 @@ class ScriptedModel:
         if step is None:
             assert fallback is not None
             answer = fallback(request)
-            step = answer if isinstance(answer, _Reply) else _Reply(text=answer)
+            if isinstance(answer, FallbackReply):
+                step = _Reply(
+                    text=answer.text,
+                    tool_calls=tuple(self._call(n, a, None) for n, a in answer.tool_calls),
+                )
+            else:
+                step = _Reply(text=answer)
         with self._lock:
             if isinstance(step, _Cut):
                 following = next((s for s in self._queue if isinstance(s, _Reply)), None)
                 return Plan(step, following or _CUT_FILLER, Usage())
             if not isinstance(step, _Reply):
                 return Plan(step, _Reply(), Usage())
-            usage, self._usage = self._usage, None
+            usage = self._usage.popleft() if self._usage else None
         return Plan(step, step, usage or estimate_usage(request, step))
 
 
@@ -312,7 +325,7 @@ class ScriptedProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        raw = {
+        raw: dict[str, Any] = {
             "model": request.model,
             "messages": copy.deepcopy(request.messages),
             "tools": copy.deepcopy(request.tools),
@@ -320,6 +333,8 @@ class ScriptedProvider:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
         }
+        if request.stop:
+            raw["stop"] = list(request.stop)
         recorded = RecordedRequest(
             messages=cast(list[dict[str, Any]], raw["messages"]),
             tools=cast(list[dict[str, Any]], raw["tools"]),
@@ -350,4 +365,5 @@ class ScriptedProvider:
         for call in plan.reply.tool_calls:
             yield ToolCallEvent(call.id, call.name, call.arguments)
         yield plan.usage
-        yield Finish("tool_calls" if plan.reply.tool_calls else "stop")
+        finish = plan.reply.finish()
+        yield Finish("length" if finish == "length" else "tool_calls" if finish == "tool_calls" else "stop")
