@@ -83,10 +83,10 @@ async def test_edits_that_do_not_apply_keep_the_batch_pending_and_write_nothing(
 
 async def test_a_timeout_leaves_entries_pending_with_one_clear_line(make_agent, scripted_model, scripted_server):
     agent = make_agent()
-    agent._provider = make_provider(
+    agent.llm.use(make_provider(
         "openai", api_key="sk-test-key-000000000000", api_base=scripted_server.base_url, timeout=0.5,
         retry=RetryPolicy(max_attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0),
-    )
+    ))
     plant(agent, CAT)
     scripted_model.hang(5)
     scripted_model.hang(5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hippobot.agent.events import ReplyDelta
+from hippobot.loop.events import ReplyDelta
 
 
 async def test_a_written_tool_call_runs_and_only_the_answer_is_shown(make_agent, scripted_model):

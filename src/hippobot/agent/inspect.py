@@ -6,8 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.budget import BudgetSplit
 from hippobot.context import tokens
+from hippobot.context.budget import BudgetSplit
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -99,13 +99,9 @@ def _pct(n: int, budget: int) -> str:
 
 def context_report(agent: Agent, key: str) -> ContextReport:
     session = agent.sessions.get(key)
-    registry = agent.tools_for(key)
-    system = agent.system_prompt(session, registry.names())
-    schemas = registry.schemas()
-    history = agent.replay(session, system, schemas)
-    from hippobot.agent.wire import to_wire
-
-    wire = [to_wire(m) for m in history]
+    request = agent.prompts.prepare(session)  # exactly what a turn would send now
+    system, schemas, history = request.system, request.schemas, request.history
+    registry = request.tools
     budget = agent.budget.input
     sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
     sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
@@ -141,7 +137,7 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         history_messages=len(history),
         history_tokens=history_tokens,
         total_tokens=system_tokens + schema_tokens + history_tokens,
-        messages=[{"role": "system", "content": system.text}, *wire],
+        messages=list(request.messages),
         budget=split,
     )
 
@@ -195,10 +191,10 @@ class StatusReport:
 def status_report(agent: Agent, key: str) -> StatusReport:
     session = agent.sessions.get(key)
     try:
-        target = agent.settings.model_target()
+        target = agent.llm.target
         model, provider = target.model, target.provider
     except Exception:
-        model, provider = agent.settings.defaults.model, ""
+        model, provider = agent.llm.fallback_name, ""
     start = session.replay_start
     return StatusReport(
         workspace=str(agent.workspace),
@@ -207,10 +203,10 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         session=key,
         messages=len(session.messages),
         unconsolidated=max(0, len(session.messages) - start),
-        estimate_tokens=agent.consolidator.estimate(session),
+        estimate_tokens=agent.prompts.estimate(session),
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
-        last_usage=session.usage,
+        last_usage=session.usage.to_dict() if session.usage else None,
         history_entries_pending=agent.memory.pending_count(),
         dream_cursor=agent.memory.dream_cursor(),
         last_cursor=agent.memory.last_cursor(),

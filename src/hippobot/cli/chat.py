@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hippobot.agent.events import (
+from hippobot.errors import HippobotError, ProviderError, UserError
+from hippobot.loop.events import (
     AgentEvent,
     Notice,
     ReplyDelta,
@@ -17,7 +18,6 @@ from hippobot.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-from hippobot.errors import HippobotError, ProviderError, UserError
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -126,7 +126,7 @@ async def interactive(agent: Agent, key: str) -> int:
     from prompt_toolkit.history import FileHistory
 
     agent.settings.home.mkdir(parents=True, exist_ok=True)
-    prompt = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
     printer = _Printer(sys.stdout, sys.stderr, stream=True, color=True)
     sys.stderr.write(
         f"{_DIM}hippobot — session {key} — /help for commands, Ctrl-D to leave{_RESET}\n"

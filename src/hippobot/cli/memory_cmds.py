@@ -116,7 +116,7 @@ def log(
     """Show a memory version as a diff (the latest Dream change by default)."""
     from hippobot.lifecycle.versions import describe_log
 
-    sys.stdout.write(describe_log(_agent(_settings(workspace)), sha) + "\n")
+    sys.stdout.write(describe_log(_agent(_settings(workspace)).git, sha) + "\n")
 
 
 @memory_app.command("restore")
@@ -128,4 +128,4 @@ def restore(
     from hippobot.lifecycle.versions import describe_restore, list_versions
 
     bot = _agent(_settings(workspace))
-    sys.stdout.write((describe_restore(bot, sha) if sha else list_versions(bot)) + "\n")
+    sys.stdout.write((describe_restore(bot.git, sha) if sha else list_versions(bot.git)) + "\n")

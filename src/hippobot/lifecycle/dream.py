@@ -24,15 +24,12 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import filelock
-
-from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.accounting import (
     Fact,
@@ -42,15 +39,22 @@ from hippobot.lifecycle.accounting import (
     format_outcomes,
     unaccounted,
 )
+from hippobot.locks import LockTimeout, acquire_async
+from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 from hippobot.providers.metering import usage_job
+from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config.schema import DreamConfig
+    from hippobot.context.budget import Budget
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
 
 __all__ = [
     "MEMORY_FILES",
@@ -66,8 +70,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
@@ -198,21 +200,40 @@ class _OverBudget(Exception):
 
 
 class Dream:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.workspace = agent.workspace
-        self.state = self.workspace / ".hippobot" / "dream"
+    """Dream runs of one workspace. Collaborators: the workspace's paths and locks, the
+    memory store, the memory repository (``git``, opened on first use), the model, the
+    ``dream`` settings and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        memory: MemoryStore,
+        git: Callable[[], GitStore],
+        model: ModelClient,
+        config: DreamConfig,
+        budget: Budget,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.paths = workspace
+        self.workspace = workspace.root
+        self.memory = memory
+        self._git = git
+        self.model = model
+        self.config = config
+        self.budget = budget
+        self.redact = redact
+        self.state = self.paths.dream_state
         self.staged = self.state / "staged"
         self.manifest = self.state / "manifest.json"
-        self._lock = filelock.FileLock(str(self.workspace / ".hippobot" / "locks" / "dream.lock"))
 
     @property
-    def config(self):
-        return self.agent.settings.defaults.dream
+    def git(self) -> GitStore:
+        return self._git()
 
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
-        custom = self.workspace / "prompts" / "dream.md"
+        custom = self.paths.dream_guide
         try:
             text = custom.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -225,35 +246,35 @@ class Dream:
 
     async def run(self, *, dry_run: bool = False) -> DreamResult:
         started = time.monotonic()
+        lock_path = self.paths.dream_lock
         try:
-            (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
-            self._lock.acquire(timeout=0)
-        except filelock.Timeout:
+            held = await acquire_async(lock_path, timeout=0)
+        except LockTimeout:
             return DreamResult("busy")
         except OSError as exc:  # a full or read-only disk: say so in one line
             raise StorageError(
-                f"Dream cannot take its lock {self._lock.lock_file}: {exc.strerror or exc}; "
+                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; "
                 "nothing was changed"
             ) from exc
         try:
             with usage_job("dream"):
                 result = await self._run(dry_run)
         finally:
-            self._lock.release()
+            held.release()
         result.seconds = time.monotonic() - started
         return result
 
     async def _run(self, dry_run: bool) -> DreamResult:
-        memory = self.agent.memory
+        memory = self.memory
         if not dry_run:
-            self.recover()
-        pending = memory.read_history(after=memory.dream_cursor())
+            await asyncio.to_thread(self.recover)
+        pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
         if not pending:
             return DreamResult("nothing")
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
         if not dry_run:
-            self._stage_or_fail()
+            await asyncio.to_thread(self._stage_or_fail)
         last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
         batch: Sequence[HistoryEntry] = ()
         snapshot: dict[str, str] = {}
@@ -276,7 +297,7 @@ class Dream:
             log.warning("Dream stopped: %s; the rest stays pending", exc)
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
-            reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
+            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
             log.warning("Dream failed: %s; the entries stay pending", reason)
             result.status, result.error = "failed", reason
         if dry_run:
@@ -291,9 +312,11 @@ class Dream:
         self._write_pending_reasons(result.held)
         cursor = last_done if last_done is not None else memory.dream_cursor()
         if cursor > memory.dream_cursor() or self._staged_changed():
-            result.files, result.commit = self._apply(cursor, result.accounting())
+            result.files, result.commit = await asyncio.to_thread(
+                self._apply, cursor, result.accounting()
+            )
         else:
-            shutil.rmtree(self.staged, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.staged, ignore_errors=True)
         return result
 
     def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
@@ -301,7 +324,7 @@ class Dream:
         the input budget of entry text, so Dream's requests fit a small window too."""
         from hippobot.context.tokens import count_text
 
-        budget = self.agent.budget
+        budget = self.budget
         cap = max(300, budget.input // 3) if budget.enabled else None
         out: list[Sequence[HistoryEntry]] = []
         current: list[HistoryEntry] = []
@@ -374,7 +397,7 @@ class Dream:
             return []
         from hippobot.context.tokens import count_text
 
-        budget = self.agent.budget
+        budget = self.budget
         if not budget.enabled:
             return [items]
         cap = max(200, budget.input // 8)
@@ -438,10 +461,10 @@ class Dream:
             log.debug("could not record why entries stay pending: %s", exc)
 
     def _provider(self) -> Provider:
-        return self.agent.provider
+        return self.model.provider
 
     def _model(self) -> str:
-        return self.config.model_override or self.agent.model
+        return self.config.model_override or self.model.name
 
     def _files(self, root: Path) -> dict[str, str]:
         out = {}
@@ -474,8 +497,8 @@ class Dream:
         )
         request = ChatRequest(
             model=self._model(), messages=[{"role": "user", "content": prompt}],
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
         response = await collect(provider.stream(request))
         findings, valid = parse_findings(response.text)
@@ -517,8 +540,8 @@ class Dream:
         runner = Runner(
             provider=provider, model=self._model(), tools=registry,
             max_iterations=self.config.max_iterations,
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
 
         async def keep(msg: Message) -> Message:
@@ -574,7 +597,19 @@ class Dream:
         return self.recover()
 
     def recover(self) -> tuple[tuple[str, ...], str | None]:
-        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha."""
+        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha.
+
+        Blocking (file and git work): call it from a worker thread. It holds the memory
+        files' locks throughout, so an ``edit_file`` in a chat or a restore never lands
+        between reading a live file and replacing it with the merge.
+        """
+        if not self.manifest.exists():
+            shutil.rmtree(self.staged, ignore_errors=True)
+            return (), None
+        with self.paths.memory_files_lock():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> tuple[tuple[str, ...], str | None]:
         try:
             manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -582,7 +617,7 @@ class Dream:
             return (), None
         from hippobot.memory.gitstore import merge3
 
-        git = self.agent.git
+        git = self.git
         if git.available and git.initialized:
             git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
         changed: list[str] = []
@@ -604,7 +639,7 @@ class Dream:
             if merged != live:
                 atomic_write_text(live_path, merged)
                 changed.append(name)
-        self.agent.memory.set_dream_cursor(int(manifest["cursor"]))
+        self.memory.set_dream_cursor(int(manifest["cursor"]))
         sha = None
         if git.available and git.initialized:
             from hippobot.memory.gitstore import dream_message
@@ -621,16 +656,15 @@ class Dream:
         shutil.rmtree(self.staged, ignore_errors=True)
         shutil.rmtree(self.state / "base", ignore_errors=True)
         try:
-            self.agent.memory.archive_processed()
+            self.memory.archive_processed()
         except StorageError as exc:  # the archive stays as it is; the next run tries again
             log.warning("could not move processed history entries to the archive: %s", exc)
         return tuple(changed), sha
 
 
-def dream_prompt_command(agent: Agent, arg: str) -> str:
+def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
-    dream = agent.dream
-    path = agent.workspace / "prompts" / "dream.md"
+    path = dream.paths.dream_guide
     if arg == "init":
         if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
             return f"{path} already has your guide; edit it directly."
@@ -642,4 +676,3 @@ def dream_prompt_command(agent: Agent, arg: str) -> str:
     text, custom = dream.guide()
     origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
     return f"Dream guide in effect: {origin}\n\n{text}"
-
