@@ -192,6 +192,8 @@ def _analyse(prompt: str) -> str:
         superseded = any(w in fact.lower() for w in negated) and not _NEGATED.search(fact)
         if not superseded:
             out.append(f"[USER] {fact}")
+        else:  # declined with a reason, so Dream's accounting can close the batch
+            out.append(f'[SKIP] "User said: {fact}" — superseded by a later correction')
     for line in files.splitlines():
         text = line.strip().lstrip("- ").strip()
         if text and any(w in text.lower() for w in negated) and not _NEGATED.search(text):
@@ -357,8 +359,8 @@ async def run_scenario(
             fr = FactResult(fact.id, fact.kind, archived=fact.found_in(history), in_files=fact.found_in(files))
             fr.stale_in_files = _stale(fact, files)
             key = f"cli:question-{fact.id}"
-            messages, _ = agent.build_request_messages(agent.sessions.get(key))
-            fr.visible_in_prompt = fact.found_in(content_text(messages[0].get("content")))
+            system = agent.prompts.system_prompt(agent.sessions.get(key), names)
+            fr.visible_in_prompt = fact.found_in(system.text)
             with _timed(stages["questions"]), usage_job("questions"):
                 turn = await _case(result, "questions", fact.id, agent.turn(key, fact.question))
             if turn is not None:

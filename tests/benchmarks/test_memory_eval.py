@@ -18,10 +18,10 @@ def test_the_core_scenario_keeps_every_fact_with_a_perfect_model(tmp_path, capsy
     (core,) = data["scenarios"]
     assert core["answered"] == core["facts_total"] == len(SCENARIOS["core"].facts)
     for fact in core["facts"]:
-        # Archived and visible (from the files, or from Recent History while Dream holds a
-        # batch it could not fully account for): every fact reaches the fresh session.
-        assert fact["archived"] and fact["visible_in_prompt"], fact
+        # Archived, written to the memory files by Dream, and so in a fresh session's prompt.
+        assert fact["archived"] and fact["in_files"] and fact["visible_in_prompt"], fact
         assert not fact["stale_in_files"], fact
+    assert "stay pending" not in core["dream"] and "updated USER.md" in core["dream"]
     stages = core["stages"]
     assert set(stages) == set(STAGES)
     assert stages["turns"]["requests"] == sum(len(s.messages) for s in SCENARIOS["core"].sessions)

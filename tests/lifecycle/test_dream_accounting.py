@@ -181,3 +181,14 @@ def test_accounting_looks_only_at_the_resulting_files():
     assert (volvo.status, volvo.where) == ("known", "USER.md:2")
     [lost] = account(facts[:1], before, before)
     assert lost.status == "missing" and not lost.accounted
+
+
+async def test_a_declined_fact_with_a_colon_in_it_is_still_recognised(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, "- [durable] User said: it rains a lot here this week")
+    scripted_model.reply('[SKIP] "User said: it rains a lot here this week" — passing weather talk')
+    scripted_model.reply("Nothing to change.")
+    result = await agent.dream.run()
+    (outcome,) = result.outcomes
+    assert (outcome.status, outcome.reason) == ("rejected", "passing weather talk")
+    assert agent.memory.pending_count() == 0

@@ -90,13 +90,15 @@ def parse_findings(text: str) -> tuple[list[str], bool]:
 
 
 _REJECT = re.compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$")
+# A quoted fact may itself hold a colon or dash ("User said: ..."): the quotes delimit it.
+_REJECT_QUOTED = re.compile(r'^\s*[-*]?\s*\[SKIP\]\s*["“](.+?)["”]\s*(?:—|–| - |:)\s*(.+?)\s*$')
 
 
 def parse_rejections(text: str) -> list[tuple[str, str]]:
     """``[SKIP] "<fact>" — reason`` lines: (fact, reason) pairs the model declined."""
     out = []
     for line in (text or "").splitlines():
-        m = _REJECT.match(line)
+        m = _REJECT_QUOTED.match(line) or _REJECT.match(line)
         if m is not None:
             out.append((m.group(1).strip(' "“”\''), m.group(2).strip()))
     return out
