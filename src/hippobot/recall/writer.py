@@ -2,9 +2,10 @@
 
 An :class:`IndexWriter` lives for one write transaction of
 :meth:`~hippobot.recall.index.RecallIndex.sync`; the caller holds ``BEGIN IMMEDIATE``.
-Invariants: a file's ``files`` row, its ``docs``/``texts`` rows, its FTS rows and (when
-semantic search is on) its vectors are added and removed together; new document ids
-continue after the largest id of their kind's range.
+Invariants: a file's ``files`` row, its ``docs``/``texts`` rows and its FTS rows are added
+and removed together, and removing a document removes its vector; vectors are added later,
+in the background (:mod:`hippobot.recall.embeddings`); new document ids continue after the
+largest id of their kind's range.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import astuple
 from typing import Any
 
-from .embeddings import VectorStore
 from .query import FTS_TABLES, index_text, owner_token
 from .schema import KIND_BASE, KIND_SPAN
 from .sources import (
@@ -44,9 +44,8 @@ __all__ = ["IndexWriter"]
 class IndexWriter:
     """Adds and removes the rows of single files; used inside one write transaction."""
 
-    def __init__(self, db: sqlite3.Connection, vectors: VectorStore | None) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._vectors = vectors
         self._next_ids: dict[str, int] = {}
 
     def index_file(
@@ -179,8 +178,6 @@ class IndexWriter:
             table = FTS_TABLES[kind]
             self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
             self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
-            if self._vectors is not None:
-                self._vectors.add(self._db, texts)
             self._db.executemany(
                 f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
             )
@@ -198,7 +195,7 @@ class IndexWriter:
             ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
         )
         self._db.executemany("DELETE FROM texts WHERE id=?", ((r[0],) for r in rows))
-        self._db.executemany("DELETE FROM vectors WHERE id=?", ((r[0],) for r in rows))
+        self._db.executemany("DELETE FROM embeddings WHERE id=?", ((r[0],) for r in rows))
         self._db.execute("DELETE FROM docs WHERE file_id=?", (state.id,))
         stats.docs_removed += len(rows)
 
