@@ -115,6 +115,7 @@ class Agent:
         self._wire_cache: dict[str, dict[int, tuple[Message, dict[str, Any]]]] = {}
         self._secrets = settings.secrets()
         self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
+        self._semantic_warned: str | None = None
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
@@ -140,9 +141,9 @@ class Agent:
 
     @cached_property
     def recall(self) -> RecallIndex:
-        from hippobot.recall.index import RecallIndex
+        from hippobot.recall.embedders import open_index
 
-        return RecallIndex(self.workspace)
+        return open_index(self.settings)
 
     @cached_property
     def consolidator(self) -> Consolidator:
@@ -417,6 +418,19 @@ class Agent:
                 log.warning("could not version the memory edit: %s", exc)
 
     def _after_turn(self, session: Session) -> None:
+        from hippobot.recall.embedders import semantic_configured
+
+        if semantic_configured(self.settings):  # vectors for what this turn added, off the turn
+            batch = self.settings.config.recall.embeddings.batch_size
+            recall = self.recall
+            warning = recall.take_semantic_warning()  # from this turn's search or the last fill
+            if warning and warning != self._semantic_warned:
+                log.warning("%s", warning)
+                self._semantic_warned = warning
+            self.jobs.schedule(
+                "recall:embed",
+                lambda: asyncio.to_thread(recall.embed_pending, max_docs=2 * batch, batch_size=batch),
+            )
         if self.budget.enabled and self.consolidator.estimate(session) >= self.budget.trigger:
             self.jobs.schedule(
                 f"consolidate:{session.key}", lambda: self.consolidator.consolidate_locked(session.key)

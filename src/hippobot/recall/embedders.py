@@ -27,7 +27,15 @@ from .embeddings import Embedder, EmbeddingsUnavailableError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["EndpointEmbedder", "LocalEmbedder", "embedder_from_settings"]
+    from .index import RecallIndex
+
+__all__ = [
+    "EndpointEmbedder",
+    "LocalEmbedder",
+    "embedder_from_settings",
+    "open_index",
+    "semantic_configured",
+]
 
 log = logging.getLogger("hippobot.recall")
 
@@ -167,3 +175,31 @@ def embedder_from_settings(settings: Settings) -> Embedder | None:
         timeout=conf.timeout_s,
         dim=conf.dimensions,
     )
+
+
+def semantic_configured(settings: Settings) -> bool:
+    """Whether ``recall.embeddings`` asks for vectors (cheap: imports nothing)."""
+    provider = (settings.config.recall.embeddings.provider or "").strip()
+    return bool(provider) and provider != "off"
+
+
+def open_index(settings: Settings, *, auto_sync: bool = True) -> RecallIndex:
+    """The workspace's recall index with the configured embedder.
+
+    An embedder that is configured but cannot be made (extra not installed, bad provider)
+    leaves keyword search working: the reason is logged once and returned by
+    :meth:`RecallIndex.take_semantic_warning`.
+    """
+    from .index import RecallIndex
+
+    embedder: Embedder | None = None
+    problem: str | None = None
+    if semantic_configured(settings):
+        try:
+            embedder = embedder_from_settings(settings)
+        except EmbeddingsUnavailableError as exc:
+            problem = f"semantic recall unavailable, searching by keywords only: {exc}"
+    index = RecallIndex(settings.workspace, auto_sync=auto_sync, embedder=embedder)
+    if problem:
+        index.note_semantic_warning(problem)
+    return index

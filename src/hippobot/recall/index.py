@@ -125,11 +125,14 @@ class RecallIndex:
         message, self._semantic_warning = self._semantic_warning, None
         return message
 
-    def _embedding_failed(self, exc: Exception) -> None:
-        message = f"semantic recall unavailable, searching by keywords only: {exc}"
-        if self._semantic_warning is None:
-            log.warning(message)
+    def note_semantic_warning(self, message: str) -> None:
+        """Record why vectors are not used (e.g. the embedder could not be created)."""
         self._semantic_warning = message
+
+    def _embedding_failed(self, exc: Exception) -> None:
+        # Recorded, not logged: the front end shows it once, where the user looks.
+        log.debug("embedding failed: %s", exc)
+        self._semantic_warning = f"semantic recall unavailable, searching by keywords only: {exc}"
 
     # --- lifecycle ---------------------------------------------------------------------
 
