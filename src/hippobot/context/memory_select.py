@@ -31,10 +31,7 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 _BULLET = re.compile(r"^\s{0,3}(?:[-*+]|\d+[.)])\s+")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
-    "a an and are as at be been but by can do does for from had has have he her his how i if "
-    "in is it its me my no not of on or our she so that the their them they this to was we "
-    "were what when where which who why will with you your about into than then there these "
-    "those".split()
+    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your", "about", "into", "than", "then", "there", "these", "those"]
 )
 
 
