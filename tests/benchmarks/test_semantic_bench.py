@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.semantic_bench import quality
+
 from hippobot.recall.embedders import LocalEmbedder
 
 

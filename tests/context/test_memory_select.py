@@ -71,3 +71,31 @@ def test_split_budget_lets_a_small_file_keep_its_size() -> None:
 
 def test_relevance_terms_fold_plurals_and_drop_stop_words() -> None:
     assert set(relevance_terms("What are my cats called?")) == {"cat", "called"}
+
+
+# --- in the prompt, through the agent and the scripted model over HTTP ------------------
+
+
+async def test_a_long_memory_file_is_selected_stays_in_budget_and_keeps_the_prefix(make_agent, scripted_model):
+    agent = make_agent(context_window_tokens=8192, max_tokens=512)
+    budget = agent.prompts.builder.memory_budget
+    assert budget > 0
+    filler = []
+    for topic in FILLER_TOPICS * 12:
+        filler += ["", f"## Notes on {topic}"]
+        filler += [f"- {topic} detail {i}: lorem ipsum dolor sit amet consectetur" for i in range(12)]
+    text = "# Long-term Memory\n" + "\n".join(filler) + "\n\n## Pets\n- Has a cat named Luna who hates the vacuum\n"
+    assert count_text(text) > 5 * budget
+    (agent.workspace / "memory" / "MEMORY.md").write_text(text, encoding="utf-8")
+    scripted_model.reply("Luna.")
+    scripted_model.reply("She hates the vacuum.")
+    await agent.turn("cli:direct", "What is my cat called?")
+    await agent.turn("cli:direct", "And what does my cat hate?")
+    first, second = scripted_model.requests[-2:]
+    system = first.messages[0]["content"]
+    assert "Has a cat named Luna" in system
+    assert "left out" in system and "memory_get(" in system
+    assert count_text(system) < agent.budget.input
+    # The selection is anchored to the first replayed message: the next request extends this one.
+    assert second.messages[: len(first.messages)] == first.messages
+    await agent.aclose()

@@ -18,7 +18,9 @@ Invariants:
 * Deterministic: the same :class:`PromptInputs` give the same bytes. Nothing here reads the
   clock; per-turn data goes into the user message (:mod:`hippobot.context.runtime`) so the
   provider's prompt cache keeps hitting.
-* Recent History keeps the *newest* entries: the oldest are dropped first, never the newest.
+* Recent History shows what :func:`hippobot.context.recent.select_recent_history` chose
+  (durable lines first, within its share of the budget); if it is still over the cap here,
+  the oldest entries are dropped first, never the newest.
 * Model-written text (history entries, the archived summary) is fenced so it cannot pose as
   a section or a runtime block.
 """
@@ -28,15 +30,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
+from hippobot.context.memory_select import select_memory, split_budget
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
-from hippobot.messages import wire_message
 from hippobot.prompts import render
 
 __all__ = [
@@ -46,7 +48,6 @@ __all__ = [
     "PromptInputs",
     "PromptSection",
     "SystemPrompt",
-    "build_messages",
     "build_system_prompt",
 ]
 
@@ -105,6 +106,7 @@ class PromptInputs:
     model: str
     max_history_entries: int = 50
     max_history_tokens: int = 8000
+    recent_history_note: str = ""  # e.g. how many archived facts did not fit (context.recent)
 
 
 # --- sections ------------------------------------------------------------------------
@@ -203,8 +205,10 @@ def _shorten_to(line: str, max_tokens: int) -> str:
     return line + note
 
 
-def _render_history(lines: Sequence[str], omitted: int) -> str:
+def _render_history(lines: Sequence[str], omitted: int, extra: str = "") -> str:
     note = f"({omitted} older entries omitted)\n\n" if omitted else ""
+    if extra:
+        note = f"{extra}\n\n{note}"
     return "# Recent History\n\n" + note + "\n".join(lines)
 
 
@@ -220,14 +224,15 @@ def _recent_history(inputs: PromptInputs) -> str:
     while len(kept) > 1 and total > cap:  # drop the oldest, never the newest
         total -= costs.pop(0)
         kept.pop(0)
-    text = _render_history(kept, len(entries) - len(kept))
+    extra = inputs.recent_history_note
+    text = _render_history(kept, len(entries) - len(kept), extra)
     while len(kept) > 1 and count_text(text) > cap:
         kept.pop(0)
-        text = _render_history(kept, len(entries) - len(kept))
+        text = _render_history(kept, len(entries) - len(kept), extra)
     if count_text(text) > cap:  # the newest entry alone is too big: shorten it
-        overhead = count_text(_render_history([""], len(entries) - 1))
+        overhead = count_text(_render_history([""], len(entries) - 1, extra))
         kept[0] = _shorten_to(kept[0], max(16, cap - overhead))
-        text = _render_history(kept, len(entries) - 1)
+        text = _render_history(kept, len(entries) - 1, extra)
     return text
 
 
@@ -268,6 +273,7 @@ def _inputs_key(inputs: PromptInputs) -> tuple[Any, ...]:
         inputs.model,
         inputs.max_history_entries,
         inputs.max_history_tokens,
+        inputs.recent_history_note,
     )
 
 
@@ -297,23 +303,11 @@ def build_system_prompt(inputs: PromptInputs) -> SystemPrompt:
     return prompt
 
 
-def build_messages(
-    system: SystemPrompt, history: Sequence[dict[str, Any]], current: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Wire messages ``[system, *history, current]`` (bookkeeping keys removed).
-
-    Messages are not merged: replaying exactly what was stored keeps the prefix stable.
-    """
-    return [
-        {"role": "system", "content": system.text},
-        *(wire_message(m) for m in history),
-        wire_message(current),
-    ]
-
-
 @dataclass
 class ContextBuilder:
     """Gathers the inputs from disk and builds the prompt; cheap when nothing changed.
+    (The prompt pipeline, :class:`hippobot.context.assembler.PromptAssembler`, builds every
+    system prompt through this.)
 
     Files and skills come through their stat-keyed caches, and the rendered prompt is
     memoised on the inputs, so an unchanged workspace costs a few ``stat`` calls per turn.
@@ -323,6 +317,45 @@ class ContextBuilder:
     skills: SkillsIndex
     max_history_entries: int = 50
     max_history_tokens: int = 8000
+    memory_budget: int = 0
+    """Tokens USER.md + MEMORY.md may take; past that they are selected by relevance to the
+    anchor (0: shown as read, cut at ``bootstrapMaxChars``)."""
+    _fitted: OrderedDict[tuple[Any, ...], tuple[str | None, str | None]] = field(
+        default_factory=OrderedDict, repr=False
+    )
+
+    def _fit_memory(
+        self, bootstrap: list[tuple[str, str]], memory: str | None, anchor: str
+    ) -> tuple[list[tuple[str, str]], str | None]:
+        """USER.md and MEMORY.md within :attr:`memory_budget`, most relevant items first."""
+        if self.memory_budget <= 0:
+            return bootstrap, memory
+        user = self.files.whole("USER.md") if any(n == "USER.md" for n, _ in bootstrap) else None
+        whole_memory = self.files.whole(MEMORY_FILE) if memory is not None else None
+        key = (user, whole_memory, anchor, self.memory_budget)
+        hit = self._fitted.get(key)
+        if hit is None:
+            sizes = [count_text(user or ""), count_text(whole_memory or "")]
+            if sum(sizes) <= self.memory_budget:
+                hit = (user, whole_memory)
+            else:
+                user_budget, memory_budget = split_budget(self.memory_budget, sizes)
+
+                def fit(text: str | None, budget: int, label: str) -> str | None:
+                    if text is None:
+                        return None
+                    return select_memory(
+                        text, budget_tokens=budget, anchor=anchor, file_label=label,
+                        count_tokens=count_text,
+                    ).text
+
+                hit = (fit(user, user_budget, "USER.md"), fit(whole_memory, memory_budget, MEMORY_FILE))
+            self._fitted[key] = hit
+            if len(self._fitted) > 32:
+                self._fitted.popitem(last=False)
+        new_user, new_memory = hit
+        fitted = [(n, new_user if n == "USER.md" and new_user is not None else t) for n, t in bootstrap]
+        return fitted, new_memory
 
     def inputs(
         self,
@@ -332,12 +365,15 @@ class ContextBuilder:
         tool_names: Sequence[str] = (),
         channel: str = "cli",
         model: str = "",
+        recent_history_note: str = "",
+        memory_anchor: str = "",
     ) -> PromptInputs:
+        bootstrap, memory = self._fit_memory(self.files.bootstrap(), self.files.memory(), memory_anchor)
         return PromptInputs(
             workspace=self.files.workspace,
             project=self.files.project,
-            bootstrap=self.files.bootstrap(),
-            memory=self.files.memory(),
+            bootstrap=bootstrap,
+            memory=memory,
             skills=self.skills.skills(),
             recent_history=recent_history,
             archived_summary=archived_summary,
@@ -346,6 +382,7 @@ class ContextBuilder:
             model=model,
             max_history_entries=self.max_history_entries,
             max_history_tokens=self.max_history_tokens,
+            recent_history_note=recent_history_note,
         )
 
     def build(self, **kwargs: Any) -> SystemPrompt:

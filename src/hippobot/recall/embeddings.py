@@ -61,8 +61,11 @@ class Embedder(Protocol):
     models prefix them), hence two methods.
     """
 
-    name: str
-    dim: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 

@@ -33,7 +33,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from hippobot.messages import content_text
 from hippobot.providers import _errors
@@ -47,6 +47,7 @@ from hippobot.providers.base import (
 )
 
 __all__ = [
+    "FallbackReply",
     "RecordedRequest",
     "ScriptedCall",
     "ScriptedModel",
@@ -95,9 +96,22 @@ class ScriptedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class FallbackReply:
+    """What a ``fallback`` may return instead of plain text: text and tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Reply:
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
+    finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
+
+    def finish(self) -> str:
+        """The OpenAI finish reason this reply reports."""
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +163,11 @@ class ScriptedModel:
 
     def __init__(self, *, model_name: str = "scripted-model") -> None:
         self.model_name = model_name
-        self.fallback: Callable[[RecordedRequest], str] | None = None
+        self.fallback: Callable[[RecordedRequest], str | FallbackReply] | None = None
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
-        self._usage: Usage | None = None
+        self._usage: deque[Usage] = deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.embedding: Callable[[str], list[float]] | None = None
@@ -167,9 +181,9 @@ class ScriptedModel:
             self._queue.append(step)
         return self
 
-    def reply(self, text: str) -> ScriptedModel:
-        """Queue a plain text answer."""
-        return self._push(_Reply(text=text))
+    def reply(self, text: str, *, finish_reason: str | None = None) -> ScriptedModel:
+        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short."""
+        return self._push(_Reply(text=text, finish_reason=finish_reason))
 
     def reply_tool_call(
         self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = ""
@@ -206,9 +220,10 @@ class ScriptedModel:
     def usage(
         self, *, prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0
     ) -> ScriptedModel:
-        """Report these token counts with the next reply the model serves."""
+        """Report these token counts with the next reply the model serves (called several
+        times, with that many replies, in order)."""
         with self._lock:
-            self._usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
+            self._usage.append(Usage(prompt_tokens, completion_tokens, cached_tokens))
         return self
 
     def pending(self) -> int:
@@ -237,14 +252,21 @@ class ScriptedModel:
             fallback = self.fallback
         if step is None:
             assert fallback is not None
-            step = _Reply(text=fallback(request))
+            answer = fallback(request)
+            if isinstance(answer, FallbackReply):
+                step = _Reply(
+                    text=answer.text,
+                    tool_calls=tuple(self._call(n, a, None) for n, a in answer.tool_calls),
+                )
+            else:
+                step = _Reply(text=answer)
         with self._lock:
             if isinstance(step, _Cut):
                 following = next((s for s in self._queue if isinstance(s, _Reply)), None)
                 return Plan(step, following or _CUT_FILLER, Usage())
             if not isinstance(step, _Reply):
                 return Plan(step, _Reply(), Usage())
-            usage, self._usage = self._usage, None
+            usage = self._usage.popleft() if self._usage else None
         return Plan(step, step, usage or estimate_usage(request, step))
 
 
@@ -311,7 +333,7 @@ class ScriptedProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        raw = {
+        raw: dict[str, Any] = {
             "model": request.model,
             "messages": copy.deepcopy(request.messages),
             "tools": copy.deepcopy(request.tools),
@@ -319,9 +341,11 @@ class ScriptedProvider:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
         }
+        if request.stop:
+            raw["stop"] = list(request.stop)
         recorded = RecordedRequest(
-            messages=raw["messages"],
-            tools=raw["tools"],
+            messages=cast(list[dict[str, Any]], raw["messages"]),
+            tools=cast(list[dict[str, Any]], raw["tools"]),
             model=request.model,
             tool_choice=request.tool_choice,
             stream=True,
@@ -349,4 +373,5 @@ class ScriptedProvider:
         for call in plan.reply.tool_calls:
             yield ToolCallEvent(call.id, call.name, call.arguments)
         yield plan.usage
-        yield Finish("tool_calls" if plan.reply.tool_calls else "stop")
+        finish = plan.reply.finish()
+        yield Finish("length" if finish == "length" else "tool_calls" if finish == "tool_calls" else "stop")
