@@ -154,7 +154,7 @@ class Agent:
     def git(self) -> GitStore:
         from hippobot.memory.gitstore import GitStore
 
-        return GitStore(self.workspace)
+        return GitStore(self.workspace, secrets=self.settings.secrets())
 
     @cached_property
     def dream(self) -> Dream:

@@ -28,6 +28,7 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
         extra_roots=extra,
         read_only_roots=(builtin_skills_dir(),),  # the model may read built-in skills
         restrict=settings.config.tools.restrict_to_workspace,
+        hidden_roots=(settings.home,),  # config.json and its keys, even when unrestricted
     )
     registry = ToolRegistry()
     registry.extend(file_tools(policy))
