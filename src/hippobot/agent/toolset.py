@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from hippobot.tools.base import ToolRegistry
 from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
+from hippobot.tools.sandbox import Sandbox
 from hippobot.tools.shell import exec_tool
 
 if TYPE_CHECKING:
@@ -38,6 +39,11 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
             timeout=settings.config.tools.exec.timeout,
             max_output_chars=settings.config.tools.exec.max_output_chars,
             env=settings.env,
+            sandbox=Sandbox(
+                settings.config.tools.exec.sandbox,
+                writable=(root, *extra),
+                hidden=(settings.home,),  # config.json, keys, other workspaces
+            ),
         )
     )
     from hippobot.recall.tools import recall_tools

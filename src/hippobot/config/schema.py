@@ -7,6 +7,8 @@ file from the same knowledge.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -95,6 +97,9 @@ class ExecConfig(_Model):
     timeout: float = Field(60.0, gt=0)
     """Seconds before a shell command's whole process group is killed."""
     max_output_chars: int = Field(16_000, ge=200)
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    """Where commands run: "auto" = in a bubblewrap sandbox when it works here (else with a
+    warning, unsandboxed), "bwrap" = only in the sandbox, "none" = never sandboxed."""
 
 
 class ToolsConfig(_Model):
