@@ -142,7 +142,7 @@ class Agent:
     def recall(self) -> RecallIndex:
         from hippobot.recall.index import RecallIndex
 
-        return RecallIndex(self.workspace)
+        return RecallIndex(self.workspace, secrets=self.settings.secrets())
 
     @cached_property
     def consolidator(self) -> Consolidator:

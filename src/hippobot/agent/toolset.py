@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hippobot.tools.base import ToolRegistry
@@ -14,6 +17,27 @@ if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
 
 __all__ = ["build_registry"]
+
+
+def _memory_redactor(agent: Agent) -> Callable[[Path, str], str]:
+    """Redacts keys from writes to the files the memory history versions (they shape the
+    prompt and are kept forever); other files are written as given."""
+    from hippobot.memory.redact import redact_exact, redact_secrets
+
+    secrets = agent.settings.secrets()
+    workspace = Path(os.path.realpath(agent.workspace))
+    git = agent.git
+
+    def redact(path: Path, text: str) -> str:
+        try:
+            rel = path.relative_to(workspace).as_posix()
+        except ValueError:
+            return text
+        if not (git.is_store_path(rel) or rel.startswith("memory/")):
+            return text
+        return redact_secrets(redact_exact(text, secrets))
+
+    return redact
 
 
 def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
@@ -32,7 +56,7 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
         hidden_roots=(settings.home,),  # config.json and its keys, even when unrestricted
     )
     registry = ToolRegistry()
-    registry.extend(file_tools(policy))
+    registry.extend(file_tools(policy, redact=_memory_redactor(agent)))
     registry.register(
         exec_tool(
             cwd=root,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
@@ -64,15 +65,19 @@ def search(
     json_out: JsonOpt = False,
 ) -> None:
     """Full-text search over history, every session and the memory files."""
+    from hippobot.memory.redact import redact_exact
     from hippobot.recall.index import RecallIndex
     from hippobot.recall.tools import format_hits, hits_to_json
 
-    index = RecallIndex(_settings(workspace).workspace)  # syncs itself before searching
+    settings = _settings(workspace)
+    secrets = settings.secrets()
+    index = RecallIndex(settings.workspace, secrets=secrets)  # syncs itself before searching
     hits = index.search(query, k=k)
     if json_out:
-        _print_json(hits_to_json(hits))
+        _print_json(json.loads(redact_exact(json.dumps(hits_to_json(hits)), secrets)))
         return
-    sys.stdout.write((format_hits(hits) if hits else "No matches.") + "\n")
+    # Also covers an index written before keys were redacted from it.
+    sys.stdout.write(redact_exact(format_hits(hits) if hits else "No matches.", secrets) + "\n")
 
 
 @memory_app.command("reindex")
@@ -80,7 +85,8 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     """Rebuild the search index from the files (it is derived state)."""
     from hippobot.recall.index import RecallIndex
 
-    stats = RecallIndex(_settings(workspace).workspace, auto_sync=False).rebuild()
+    settings = _settings(workspace)
+    stats = RecallIndex(settings.workspace, auto_sync=False, secrets=settings.secrets()).rebuild()
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
 
 

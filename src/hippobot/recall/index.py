@@ -33,9 +33,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+from hippobot.memory.redact import redact_exact
 
 from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
 from .query import (
@@ -96,9 +98,17 @@ class RecallIndex:
     """
 
     def __init__(
-        self, workspace: Path, *, auto_sync: bool = True, embedder: Embedder | None = None
+        self,
+        workspace: Path,
+        *,
+        auto_sync: bool = True,
+        embedder: Embedder | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.workspace = Path(workspace)
+        # Configured keys never enter the index nor leave it (search, get), whatever file
+        # they were found in.
+        self._secrets = tuple(secrets)
         self.path = self.workspace / INDEX_DIR / INDEX_FILE
         self.auto_sync = auto_sync
         self._lock = threading.RLock()
@@ -268,7 +278,7 @@ class RecallIndex:
         try:
             # Fresh under the write lock: reloaded only if another process committed.
             states = self._cached_states()
-            writer = IndexWriter(db, self._vectors)
+            writer = IndexWriter(db, self._vectors, redact=self._redact)
             pending = 0
             for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):
                 if _is_current(states.get(sf.rel), st):
@@ -426,6 +436,9 @@ class RecallIndex:
         scores = dict(keyword)
         return [(i, scores.get(i, 0.0)) for i in fused]
 
+    def _redact(self, text: str) -> str:
+        return redact_exact(text, self._secrets)
+
     def get(
         self,
         citation: str,
@@ -450,7 +463,7 @@ class RecallIndex:
 
         def run() -> str:
             self._auto_sync()
-            return expand_citation(self._db, self.workspace, cite, around, private)
+            return self._redact(expand_citation(self._db, self.workspace, cite, around, private))
 
         return self._guard(run)
 
