@@ -352,7 +352,7 @@ class Agent:
                     "replay_start": session.replay_start,
                 }
             await self.sessions.save_meta(session)
-        if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
+        if any(m.get("name") in ("write_file", "edit_file", "exec") for m in result.messages):
             await asyncio.to_thread(self._commit_memory_edits, key)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)

@@ -359,6 +359,15 @@ class GitStore:
         """True for a path this store versions (a tracked file, or a file in a tracked folder)."""
         return rel in self._files or any(rel.startswith(f) for f in self._folders)
 
+    def working_files(self) -> dict[str, bytes]:
+        """The store files as they are on disk now (regular files only), by path."""
+        out = {}
+        for rel in self._store_files([]):
+            data = _read_regular(self.workspace / rel)
+            if data is not None:
+                out[rel] = data
+        return out
+
     def _store_files(self, head_paths: Sequence[str]) -> list[str]:
         """The tracked files, the regular files now below tracked folders, and every
         store path HEAD has (so a deletion is seen)."""
