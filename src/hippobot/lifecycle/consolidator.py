@@ -162,6 +162,7 @@ class Consolidator:
                     return None
                 await self.agent.sessions.refresh(session)
                 self.repair(session)
+                end = min(end, len(session.messages))  # a stored fresh_start may be past the end
                 if session.last_consolidated >= end:
                     return None
                 return await self._archive(session, session.last_consolidated, end)
@@ -183,7 +184,10 @@ class Consolidator:
         resumed = 0
         for info in self.agent.sessions.list():
             session = self.agent.sessions.get(info.key)
-            fresh = int(session.metadata.get("fresh_start", 0) or 0)
+            fresh = session.metadata.get("fresh_start", 0)
+            if not isinstance(fresh, int) or isinstance(fresh, bool):
+                continue  # a hand-edited or damaged value: nothing to resume
+            fresh = min(fresh, len(session.messages))
             self.repair(session)
             if session.last_consolidated < fresh:
                 self.agent.jobs.schedule(

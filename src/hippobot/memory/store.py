@@ -46,6 +46,7 @@ from filelock import FileLock, Timeout
 from hippobot.errors import StorageError
 from hippobot.memory.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.memory.history import (
+    MAX_CURSOR,
     HistoryEntry,
     HistorySource,
     format_timestamp,
@@ -55,6 +56,7 @@ from hippobot.memory.history import (
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
 from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.safeio import NotRegularFile, read_regular
 
 __all__ = [
     "DEFAULT_KEEP_ENTRIES",
@@ -73,14 +75,17 @@ TRUNCATION_SUFFIX = "\n... (truncated)"
 DEFAULT_KEEP_ENTRIES = 1000
 LOCK_TIMEOUT_S = 60.0
 
-_DECIMAL = re.compile(r"\d+")
+_DECIMAL = re.compile(r"\d{1,19}")  # longer (or >= 2**63, see MAX_CURSOR) is garbage
 _REDACT_MARGIN = 4096
 
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8", errors="replace")
+        return read_regular(path).decode("utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return ""
+    except NotRegularFile:
+        logger.warning("%s is a FIFO or device, not a file; treating it as empty", path)
         return ""
 
 
@@ -174,11 +179,15 @@ class MemoryStore:
     def _read_counter(path: Path) -> int | str | None:
         """The decimal in ``path``; ``None`` when missing; the raw text when it is garbage."""
         try:
-            raw = path.read_bytes().decode("utf-8", errors="replace")
+            raw = read_regular(path, 64).decode("utf-8", errors="replace")
         except (FileNotFoundError, IsADirectoryError):
             return None
+        except NotRegularFile:
+            return "(not a regular file)"  # garbage: repaired like any other
         text = raw.strip()
-        return int(text) if _DECIMAL.fullmatch(text) else raw
+        if _DECIMAL.fullmatch(text) and int(text) <= MAX_CURSOR:
+            return int(text)
+        return raw
 
     def _counter(self) -> int | None:
         """``.cursor``'s value; garbage is repaired from the file's largest cursor."""

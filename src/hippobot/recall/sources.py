@@ -218,7 +218,7 @@ def _json_object(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -231,6 +231,8 @@ def history_docs(lines: Iterable[bytes]) -> Iterator[Doc]:
             continue
         cursor, content = obj.get("cursor"), obj.get("content")
         if not isinstance(cursor, int) or isinstance(cursor, bool) or not isinstance(content, str):
+            continue
+        if not 0 <= cursor < 2**63:  # SQLite integers are 64-bit
             continue
         source = obj.get("source") if isinstance(obj.get("source"), dict) else {}
         key = obj.get("session_key") or source.get("session")
