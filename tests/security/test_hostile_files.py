@@ -144,3 +144,85 @@ def test_every_command_copes_with_a_hostile_file(workspace: Agent, scripted_serv
         _unblock(ws)
     if history_before is not None and (ws / "memory/history.jsonl").is_file():
         assert (ws / "memory/history.jsonl").read_bytes().startswith(history_before)
+
+
+def test_a_50_mb_message_is_refused_in_one_line(workspace: Agent, scripted_server):
+    ws, home = workspace.workspace, workspace.settings.home
+    session_before = (ws / SESSION).read_bytes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
+    env.update(HIPPOBOT_HOME=str(home), HIPPOBOT_MODEL="scripted-model",
+               HIPPOBOT_API_BASE=scripted_server.base_url, HIPPOBOT_API_KEY=API_KEY)
+    done = subprocess.run([sys.executable, "-m", "hippobot", "agent"], input="x" * 50_000_000 + "\n",
+                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "the limit is 1,000,000" in done.stderr and "maxMessageChars" in done.stderr
+    assert (ws / SESSION).read_bytes() == session_before  # nothing saved
+
+
+def _sh(*cmd: str) -> bool:
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def small_disk_workspace(workspace: Agent, tmp_path: Path) -> Iterator[Agent]:
+    """The workspace moved onto a 2 MiB tmpfs (needs mount rights: root, as in CI)."""
+    import shutil
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if not _sh("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        ws = workspace.workspace
+        shutil.copytree(ws, mount / "ws", symlinks=True)
+        shutil.rmtree(ws)
+        os.symlink(mount / "ws", ws)
+        yield workspace
+    finally:
+        if not _sh("umount", str(mount)):
+            _sh("umount", "-l", str(mount))
+
+
+def _fill(directory: Path) -> None:
+    with open(directory / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("fault", ["ENOSPC", "EROFS"])
+def test_restore_and_search_on_a_full_or_read_only_disk(small_disk_workspace: Agent,
+                                                        scripted_server, fault: str):
+    agent = small_disk_workspace
+    ws, home = agent.workspace, agent.settings.home
+    (ws / "memory/MEMORY.md").write_text("- the user likes tea\n")
+    sha = agent.git.commit("dream: tea")
+    assert sha
+    memory_before = (ws / "memory/MEMORY.md").read_bytes()
+    if fault == "ENOSPC":
+        _fill(ws)
+    else:
+        assert _sh("mount", "-o", "remount,ro", str(Path(os.path.realpath(ws)).parent))
+    for args in (["memory", "restore", sha[:8]], ["memory", "search", "tea"], ["memory", "reindex"]):
+        done = run_cli(args, home, scripted_server)
+        assert "Traceback" not in done.stderr, f"{args} on {fault}:\n{done.stderr[-3000:]}"
+        if done.returncode != 0:
+            assert done.stderr.strip().startswith("error:") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert (ws / "memory/MEMORY.md").read_bytes() == memory_before
+    assert "- the user likes tea" in (ws / "memory/MEMORY.md").read_text()
+
+
+def test_a_history_append_on_a_full_disk_leaves_no_partial_line(small_disk_workspace: Agent):
+    from hippobot.errors import StorageError
+
+    agent = small_disk_workspace
+    history = agent.workspace / "memory/history.jsonl"
+    before = history.read_bytes()
+    _fill(agent.workspace)
+    os.truncate(agent.workspace / "filler", (agent.workspace / "filler").stat().st_size - 2000)
+    with pytest.raises(StorageError):
+        agent.memory.append_history("y" * 20_000, session_key="cli:direct")
+    assert history.read_bytes() == before

@@ -302,6 +302,13 @@ class Agent:
         on_event: EventSink | None = None,
     ) -> TurnResult:
         validate_key(key)
+        limit = self.settings.defaults.max_message_chars
+        if len(text) > limit:  # a huge message would be replayed and re-read on every turn
+            raise UserError(
+                f"the message is {len(text):,} characters; the limit is {limit:,} "
+                "(agents.defaults.maxMessageChars). Save it to a file in the workspace and "
+                "ask the agent to read it."
+            )
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
 

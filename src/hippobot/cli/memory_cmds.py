@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hippobot.cli.main import JsonOpt, WorkspaceOpt, _agent, _print_json, _settings, memory_app
+from hippobot.errors import StorageError
 
 __all__: list[str] = []
 
@@ -57,6 +62,18 @@ def history(
     sys.stdout.write("(* = waiting for Dream)\n")
 
 
+@contextlib.contextmanager
+def _index_errors(path: Path) -> Iterator[None]:
+    """A full or read-only disk under the search index: one line, not a traceback."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(
+            f"the search index {path} cannot be used ({exc}); free disk space or make the "
+            "workspace writable, then run `hippobot memory reindex`"
+        ) from None
+
+
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
@@ -72,7 +89,8 @@ def search(
     settings = _settings(workspace)
     secrets = settings.secrets()
     index = RecallIndex(settings.workspace, secrets=secrets)  # syncs itself before searching
-    hits = index.search(query, k=k)
+    with _index_errors(index.path):
+        hits = index.search(query, k=k)
     if json_out:
         _print_json(json.loads(redact_exact(json.dumps(hits_to_json(hits)), secrets)))
         return
@@ -86,7 +104,9 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     from hippobot.recall.index import RecallIndex
 
     settings = _settings(workspace)
-    stats = RecallIndex(settings.workspace, auto_sync=False, secrets=settings.secrets()).rebuild()
+    index = RecallIndex(settings.workspace, auto_sync=False, secrets=settings.secrets())
+    with _index_errors(index.path):
+        stats = index.rebuild()
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
 
 

@@ -74,6 +74,8 @@ class AgentDefaults(_Model):
     """Fraction of the input budget consolidation shrinks the prompt to."""
     max_tool_result_chars: int = Field(16_000, ge=500)
     """Tool results longer than this are stored truncated with a marker."""
+    max_message_chars: int = Field(1_000_000, ge=1000)
+    """A user message longer than this is refused with an error (nothing is saved)."""
     max_history_messages: int = Field(0, ge=0)
     """Cap on replayed messages (0 = only the token budget applies)."""
     bootstrap_max_chars: int = Field(20_000, ge=1000)

@@ -32,6 +32,7 @@ make reading ``history.jsonl`` cheap are in :mod:`hippobot.memory.history_reader
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -316,8 +317,10 @@ class MemoryStore:
             fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             raise StorageError(f"could not open {self.history_path}: {exc}") from exc
+        size_before: int | None = None
         try:
             st = os.fstat(fd)
+            size_before = st.st_size
             if st.st_size > 0 and not self._ends_with_newline(st.st_size):
                 data = b"\n" + data
             view = memoryview(data)
@@ -328,6 +331,9 @@ class MemoryStore:
             os.fsync(fd)
             after = os.fstat(fd)
         except OSError as exc:
+            if size_before is not None:  # disk full mid-line: leave no partial line behind
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size_before)
             raise StorageError(
                 f"could not append to {self.history_path}: {exc}; earlier entries are intact"
             ) from exc
