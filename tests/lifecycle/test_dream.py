@@ -58,14 +58,14 @@ async def test_dream_writes_facts_commits_and_restore_undoes_exactly_that(make_a
     assert "Has a cat named Luna" in system and "PostgreSQL 16" in system
 
     # The diff is inspectable.
-    log_text = describe_log(agent, None)
+    log_text = describe_log(agent.git, None)
     assert "+- Has a cat named Luna" in log_text
     sha = agent.git.log(limit=1, prefix="dream:")[0].short_sha
 
     # A later manual edit survives the restore of the Dream commit.
     user = ws / "USER.md"
     user.write_text(user.read_text().replace("- Languages:", "- Languages: English, Welsh"))
-    text = describe_restore(agent, sha)
+    text = describe_restore(agent.git, sha)
     assert "Undid" in text
     after = user.read_text()
     assert "Has a cat named Luna" not in after
@@ -73,7 +73,7 @@ async def test_dream_writes_facts_commits_and_restore_undoes_exactly_that(make_a
     assert "PostgreSQL 16" not in (ws / "memory/MEMORY.md").read_text()
     assert agent.memory.dream_cursor() == 0  # the cursor follows the restored state
     assert git_log(ws)[0].startswith("restore: undo")
-    assert "restore: undo" in list_versions(agent)
+    assert "restore: undo" in list_versions(agent.git)
 
 
 async def test_nothing_pending_says_so_and_changes_nothing(make_agent, scripted_model):
@@ -145,6 +145,7 @@ async def test_edits_outside_the_three_files_are_refused(make_agent, scripted_mo
     scripted_model.reply_tool_call("edit_file", {"path": "../../etc/passwd", "old_text": "root", "new_text": "x"})
     scripted_model.reply_tool_call("write_file", {"path": "USER.md", "content": "rewritten"})
     scripted_model.reply("done")
+    scripted_model.reply("done")  # the retry for the fact that reached no file
     agents_before = (agent.workspace / "AGENTS.md").read_text()
     history_before = (agent.workspace / "memory/history.jsonl").read_text()
     result = await agent.dream.run()
@@ -152,18 +153,21 @@ async def test_edits_outside_the_three_files_are_refused(make_agent, scripted_mo
     assert (agent.workspace / "AGENTS.md").read_text() == agents_before
     assert (agent.workspace / "memory/history.jsonl").read_text() == history_before
     assert "rewritten" not in (agent.workspace / "USER.md").read_text()
-    tool_results = [m for m in scripted_model.requests[-1].messages if m["role"] == "tool"]
+    tool_results = [m for m in scripted_model.requests[-2].messages if m["role"] == "tool"]
     assert len(tool_results) == 4 and all("Error" in m["content"] for m in tool_results)
+    # the fact was written nowhere, so it stays pending instead of being consumed
+    assert agent.memory.pending_count() == 1 and result.held
 
 
-async def test_unformatted_analysis_counts_as_nothing_to_do(make_agent, scripted_model, caplog):
+async def test_unformatted_analysis_of_passing_remarks_loses_nothing(make_agent, scripted_model, caplog):
     agent = make_agent()
     plant_history(agent, "- [ephemeral] it rained")
     scripted_model.reply("Sure! Here is what I think about the weather.")
+    scripted_model.reply("Still just prose.")  # asked once more
     result = await agent.dream.run()
     assert result.status == "done" and not result.files
     assert "followed no known format" in caplog.text
-    assert agent.memory.pending_count() == 0
+    assert agent.memory.pending_count() == 0  # no durable fact in it: nothing to keep
 
 
 async def test_dream_commands_in_chat(make_agent, scripted_model):
@@ -183,7 +187,7 @@ async def test_a_broken_git_repo_keeps_chat_working(make_agent, scripted_model):
     (agent.workspace / ".git" / "HEAD").write_text("garbage")
     scripted_model.reply("still chatting")
     assert (await agent.turn("cli:direct", "hi")).reply == "still chatting"
-    assert "off" in describe_log(agent, None)
+    assert "off" in describe_log(agent.git, None)
 
 
 def test_finding_parser():

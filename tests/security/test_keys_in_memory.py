@@ -61,7 +61,7 @@ async def test_keys_written_into_memory_files_never_persist(make_agent, scripted
 
 
 def test_redact_exact_covers_simple_encodings():
-    from hippobot.memory.redact import REDACTED, redact_exact
+    from hippobot.redact import REDACTED, redact_exact
 
     text = f"a {API_KEY} b {B64} c {B64.rstrip('=')} d {B64_ECHO} e {HEX} f {HEX.upper()}"
     out = redact_exact(text, [API_KEY])

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hippobot.context import tokens
+from hippobot.context.budget import BudgetSplit
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -35,6 +36,7 @@ class ContextReport:
     history_tokens: int
     total_tokens: int
     messages: list[dict[str, Any]] = field(default_factory=list)
+    budget: BudgetSplit | None = None
 
     def to_json(self, *, full: bool = False) -> str:
         data = asdict(self)
@@ -59,6 +61,8 @@ class ContextReport:
             f"input budget {budget} tokens = context window {self.context_window} − reply "
             "reserve − safety margin" if budget else "token budget: off (contextWindowTokens is 0)",
         ]
+        if self.budget is not None and budget:
+            lines += ["", *_split_lines(self.budget)]
         if full:
             lines.append("")
             lines.append("Messages that would be sent:")
@@ -71,19 +75,33 @@ class ContextReport:
         return "\n".join(lines)
 
 
+def _split_lines(b: BudgetSplit) -> list[str]:
+    w = b.context_window
+
+    def row(name: str, n: int, note: str = "") -> str:
+        return f"  {name:<18} {n:>8,} {_pct(n, w):>7}" + (f"   {note}" if note else "")
+
+    return [
+        f"How the {w:,}-token window is split:",
+        row("fixed prompt", b.fixed, "identity, tool contract, skills list, tool schemas"),
+        row("memory files", b.memory_files, "AGENTS.md, SOUL.md, USER.md, MEMORY.md as shown"),
+        row("Recent History", b.recent_history, f"of a {b.recent_history_share:,}-token share"),
+        row("conversation", b.conversation,
+            f"of {b.conversation_room:,} room; archived from {b.trigger:,} down to {b.target:,} prompt tokens"),
+        row("reply reserve", b.reply_reserve),
+        row("safety margin", b.margin),
+    ]
+
+
 def _pct(n: int, budget: int) -> str:
     return f"{100 * n / budget:.1f}%" if budget else "-"
 
 
 def context_report(agent: Agent, key: str) -> ContextReport:
     session = agent.sessions.get(key)
-    registry = agent.tools_for(key)
-    system = agent.system_prompt(session, registry.names())
-    schemas = registry.schemas()
-    history = agent.replay(session, system, schemas)
-    from hippobot.agent.wire import to_wire
-
-    wire = [to_wire(m) for m in history]
+    request = agent.prompts.prepare(session)  # exactly what a turn would send now
+    system, schemas, history = request.system, request.schemas, request.history
+    registry = request.tools
     budget = agent.budget.input
     sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
     sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
@@ -91,6 +109,22 @@ def context_report(agent: Agent, key: str) -> ContextReport:
     schema_tokens = tokens.count_tools(schemas)
     history_tokens = tokens.count_messages(history)
     model = agent.model_label()
+    split = None
+    if agent.budget.enabled:
+        by_name = dict(sizes)
+        fixed = sum(by_name.get(n, 0) for n in ("identity", "tool_contract", "skills", "active_skills"))
+        fixed += schema_tokens
+        memory_files = by_name.get("bootstrap", 0) + by_name.get("memory", 0)
+        overhead = system_tokens + schema_tokens
+        b = agent.budget
+        split = BudgetSplit(
+            context_window=b.context_window, reply_reserve=b.reply_reserve, margin=b.margin,
+            input=b.input, fixed=fixed, memory_files=memory_files,
+            recent_history=by_name.get("recent_history", 0) + by_name.get("archived_summary", 0),
+            recent_history_share=b.history_tokens, conversation=history_tokens,
+            conversation_room=max(0, b.input - overhead),
+            trigger=b.trigger_for(overhead), target=b.target_for(overhead),
+        )
     return ContextReport(
         session=key,
         model=model,
@@ -103,7 +137,8 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         history_messages=len(history),
         history_tokens=history_tokens,
         total_tokens=system_tokens + schema_tokens + history_tokens,
-        messages=[{"role": "system", "content": system.text}, *wire],
+        messages=list(request.messages),
+        budget=split,
     )
 
 
@@ -156,10 +191,10 @@ class StatusReport:
 def status_report(agent: Agent, key: str) -> StatusReport:
     session = agent.sessions.get(key)
     try:
-        target = agent.settings.model_target()
+        target = agent.llm.target
         model, provider = target.model, target.provider
     except Exception:
-        model, provider = agent.settings.defaults.model, ""
+        model, provider = agent.llm.fallback_name, ""
     start = session.replay_start
     return StatusReport(
         workspace=str(agent.workspace),
@@ -168,10 +203,10 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         session=key,
         messages=len(session.messages),
         unconsolidated=max(0, len(session.messages) - start),
-        estimate_tokens=agent.consolidator.estimate(session),
+        estimate_tokens=agent.prompts.estimate(session),
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
-        last_usage=session.usage,
+        last_usage=session.usage.to_dict() if session.usage else None,
         history_entries_pending=agent.memory.pending_count(),
         dream_cursor=agent.memory.dream_cursor(),
         last_cursor=agent.memory.last_cursor(),

@@ -12,25 +12,28 @@ from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
 from hippobot.tools.sandbox import Sandbox
 from hippobot.tools.shell import exec_tool
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config import Settings
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.recall.index import RecallIndex
 
 __all__ = ["build_registry"]
 
 
-def _memory_redactor(agent: Agent) -> Callable[[Path, str], str]:
+def _memory_redactor(
+    secrets: tuple[str, ...], workspace: Workspace, git: GitStore
+) -> Callable[[Path, str], str]:
     """Redacts keys from writes to the files the memory history versions (they shape the
     prompt and are kept forever); other files are written as given."""
-    from hippobot.memory.redact import redact_exact, redact_secrets
+    from hippobot.redact import redact_exact, redact_secrets
 
-    secrets = agent.settings.secrets()
-    workspace = Path(os.path.realpath(agent.workspace))
-    git = agent.git
+    root = Path(os.path.realpath(workspace.root))
 
     def redact(path: Path, text: str) -> str:
         try:
-            rel = path.relative_to(workspace).as_posix()
+            rel = path.relative_to(root).as_posix()
         except ValueError:
             return text
         if not (git.is_store_path(rel) or rel.startswith("memory/")):
@@ -40,12 +43,19 @@ def _memory_redactor(agent: Agent) -> Callable[[Path, str], str]:
     return redact
 
 
-def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
-    settings = agent.settings
-    root = agent.project or agent.workspace
+def build_registry(
+    settings: Settings,
+    *,
+    workspace: Workspace,
+    project: Path | None,
+    recall: RecallIndex,
+    git: GitStore,
+    session_key: str,
+) -> ToolRegistry:
+    root = project or workspace.root
     # With a project selected, file tools work in the project; the agent workspace stays
     # reachable so the model can still update memory/MEMORY.md when asked to remember.
-    extra = (agent.workspace,) if agent.project else ()
+    extra = (workspace.root,) if project else ()
     from hippobot.context.skills import builtin_skills_dir
 
     policy = PathPolicy(
@@ -56,7 +66,10 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
         hidden_roots=(settings.home,),  # config.json and its keys, even when unrestricted
     )
     registry = ToolRegistry()
-    registry.extend(file_tools(policy, redact=_memory_redactor(agent)))
+    # Every write holds the file's lock, shared with Dream, restores and other sessions,
+    # and keys are redacted from what reaches a memory file.
+    redact = _memory_redactor(tuple(settings.secrets()), workspace, git)
+    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
     registry.register(
         exec_tool(
             cwd=root,
@@ -74,7 +87,7 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
 
     registry.extend(
         recall_tools(
-            agent.recall,
+            recall,
             session_key=session_key,
             include_other_sessions=settings.defaults.see_other_sessions,
         )

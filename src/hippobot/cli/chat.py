@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hippobot.agent.events import (
+from hippobot.errors import HippobotError, ProviderError, UserError
+from hippobot.loop.events import (
     AgentEvent,
     Notice,
     ReplyDelta,
@@ -17,7 +18,6 @@ from hippobot.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-from hippobot.errors import HippobotError, ProviderError, UserError
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -101,9 +101,24 @@ async def piped(agent: Agent, key: str, lines: TextIO) -> int:
 
 
 async def _finish(agent: Agent) -> None:
-    """Let background archiving finish (bounded); what does not finish resumes next start."""
+    """Let background archiving finish (bounded); what does not finish resumes next start.
+
+    Then, if pending facts are about to outgrow Recent History, start Dream detached, so
+    a one-shot run never makes the user wait for it (lifecycle.autodream).
+    """
     with contextlib.suppress(Exception):
         await agent.aclose(timeout=60.0)
+    with contextlib.suppress(Exception):
+        _dream_if_due(agent)
+
+
+def _dream_if_due(agent: Agent) -> None:
+    from hippobot.lifecycle.autodream import dream_due, spawn_background_dream
+
+    if not agent.settings.defaults.dream.auto or not agent.settings.model_configured():
+        return
+    if dream_due(agent.memory, agent.budget.history_tokens) is not None:
+        spawn_background_dream(agent.workspace)
 
 
 async def interactive(agent: Agent, key: str) -> int:
@@ -111,7 +126,7 @@ async def interactive(agent: Agent, key: str) -> int:
     from prompt_toolkit.history import FileHistory
 
     agent.settings.home.mkdir(parents=True, exist_ok=True)
-    prompt = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
     printer = _Printer(sys.stdout, sys.stderr, stream=True, color=True)
     sys.stderr.write(
         f"{_DIM}hippobot — session {key} — /help for commands, Ctrl-D to leave{_RESET}\n"

@@ -45,10 +45,12 @@ SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key ch
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def _settings(workspace: Path | None = None, **flags: str | None) -> Settings:
+def _settings(
+    workspace: Path | None = None, *, model: str | None = None, provider: str | None = None
+) -> Settings:
     from hippobot.config import load_settings
 
-    return load_settings(workspace=workspace, **flags)
+    return load_settings(workspace=workspace, model=model, provider=provider)
 
 
 def _agent(settings: Settings, project: Path | None = None) -> Agent:
@@ -165,16 +167,31 @@ def context(
 def dream(
     workspace: WorkspaceOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+    background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
-    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now."""
+    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
+
+    Prints what became of every durable fact: written (file:line), already known, or
+    rejected with a reason; entries left pending say why (see `memory history --pending`).
+    """
     settings = _settings(workspace)
     bot = _agent(settings)
 
     async def run() -> str:
-        result = await bot.dream.run(dry_run=dry_run)
+        try:
+            result = await bot.dream.run(dry_run=dry_run)
+        finally:
+            await bot.aclose(timeout=5.0)
         return result.describe()
 
-    sys.stdout.write(asyncio.run(run()) + "\n")
+    text = asyncio.run(run())
+    if background:
+        from datetime import datetime
+
+        stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        sys.stderr.write(f"[{stamp}] {text}\n")
+        return
+    sys.stdout.write(text + "\n")
 
 
 @app.command()
@@ -183,7 +200,11 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions)."""
+    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions).
+
+    Clients need a key even on loopback: serve.apiKey / HIPPOBOT_SERVE_KEY, else the
+    token in <home>/serve-token, printed at start-up with the memory page's login URL.
+    """
     from hippobot.server.run import run_server
 
     settings = _settings(workspace)
@@ -191,10 +212,11 @@ def serve(
     run_server(settings, host=host, port=port)
 
 
-from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402  (registers commands)
+from hippobot.cli import import_cmd as _import_cmd  # noqa: E402  (registers commands)
+from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 
-__all__ += ["_memory_cmds", "_sessions_cmds"]
+__all__ += ["_import_cmd", "_memory_cmds", "_sessions_cmds"]
 
 
 def main() -> None:

@@ -40,25 +40,49 @@ def history(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """The archive of summarised conversation (memory/history.jsonl)."""
+    """The archive of summarised conversation (memory/history.jsonl and the entries Dream
+    processed, in memory/history.archive.jsonl). With --pending: what waits for Dream, and why."""
+    from hippobot.lifecycle.dream import read_pending_reasons
     from hippobot.memory.store import MemoryStore
 
-    store = MemoryStore(_settings(workspace).workspace)
-    after = store.dream_cursor() if pending else 0
-    entries = store.read_history(after=after, session_key=session, limit=limit or None)
+    ws = _settings(workspace).workspace
+    store = MemoryStore(ws)
+    dream_cursor = store.dream_cursor()
+    after = dream_cursor if pending else 0
+    entries = store.read_history(after=after, session_key=session)
+    if not pending:
+        live = {e.cursor for e in entries}
+        older = [e for e in store.read_archive() if e.cursor not in live]
+        if session is not None:
+            older = [e for e in older if e.session_key == session]
+        entries = older + entries
+    if limit:
+        entries = entries[-limit:]
+    held = read_pending_reasons(ws)
+
+    def waiting(cursor: int) -> str | None:
+        if cursor <= dream_cursor:
+            return None
+        for h in held:
+            if h.first <= cursor <= h.last:
+                return h.reason
+        return "not processed yet: Dream has not run since it was archived"
+
     if json_out:
-        _print_json([{**e.to_dict(), "pending": e.cursor > store.dream_cursor()} for e in entries])
+        _print_json([{**e.to_dict(), "pending": e.cursor > dream_cursor, "waiting": waiting(e.cursor)} for e in entries])
         return
     if not entries:
         sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")
         return
-    dream_cursor = store.dream_cursor()
     for e in entries:
         mark = "*" if e.cursor > dream_cursor else " "
         src = f" {e.source.session}#{e.source.start}-{e.source.end - 1}" if e.source else ""
         sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({e.session_key or '-'}{src})\n")
         for line in e.content.splitlines():
             sys.stdout.write(f"    {line}\n")
+        why = waiting(e.cursor)
+        if pending and why:
+            sys.stdout.write(f"    (waiting: {why})\n")
     sys.stdout.write("(* = waiting for Dream)\n")
 
 
@@ -82,9 +106,9 @@ def search(
     json_out: JsonOpt = False,
 ) -> None:
     """Full-text search over history, every session and the memory files."""
-    from hippobot.memory.redact import redact_exact
     from hippobot.recall.index import RecallIndex
     from hippobot.recall.tools import format_hits, hits_to_json
+    from hippobot.redact import redact_exact
 
     settings = _settings(workspace)
     secrets = settings.secrets()
@@ -118,7 +142,7 @@ def log(
     """Show a memory version as a diff (the latest Dream change by default)."""
     from hippobot.lifecycle.versions import describe_log
 
-    sys.stdout.write(describe_log(_agent(_settings(workspace)), sha) + "\n")
+    sys.stdout.write(describe_log(_agent(_settings(workspace)).git, sha) + "\n")
 
 
 @memory_app.command("restore")
@@ -130,4 +154,4 @@ def restore(
     from hippobot.lifecycle.versions import describe_restore, list_versions
 
     bot = _agent(_settings(workspace))
-    sys.stdout.write((describe_restore(bot, sha) if sha else list_versions(bot)) + "\n")
+    sys.stdout.write((describe_restore(bot.git, sha) if sha else list_versions(bot.git)) + "\n")

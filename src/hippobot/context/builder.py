@@ -18,7 +18,9 @@ Invariants:
 * Deterministic: the same :class:`PromptInputs` give the same bytes. Nothing here reads the
   clock; per-turn data goes into the user message (:mod:`hippobot.context.runtime`) so the
   provider's prompt cache keeps hitting.
-* Recent History keeps the *newest* entries: the oldest are dropped first, never the newest.
+* Recent History shows what :func:`hippobot.context.recent.select_recent_history` chose
+  (durable lines first, within its share of the budget); if it is still over the cap here,
+  the oldest entries are dropped first, never the newest.
 * Model-written text (history entries, the archived summary) is fenced so it cannot pose as
   a section or a runtime block.
 """
@@ -36,7 +38,6 @@ from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
-from hippobot.messages import wire_message
 from hippobot.prompts import render
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "PromptInputs",
     "PromptSection",
     "SystemPrompt",
-    "build_messages",
     "build_system_prompt",
 ]
 
@@ -105,6 +105,7 @@ class PromptInputs:
     model: str
     max_history_entries: int = 50
     max_history_tokens: int = 8000
+    recent_history_note: str = ""  # e.g. how many archived facts did not fit (context.recent)
 
 
 # --- sections ------------------------------------------------------------------------
@@ -203,8 +204,10 @@ def _shorten_to(line: str, max_tokens: int) -> str:
     return line + note
 
 
-def _render_history(lines: Sequence[str], omitted: int) -> str:
+def _render_history(lines: Sequence[str], omitted: int, extra: str = "") -> str:
     note = f"({omitted} older entries omitted)\n\n" if omitted else ""
+    if extra:
+        note = f"{extra}\n\n{note}"
     return "# Recent History\n\n" + note + "\n".join(lines)
 
 
@@ -220,14 +223,15 @@ def _recent_history(inputs: PromptInputs) -> str:
     while len(kept) > 1 and total > cap:  # drop the oldest, never the newest
         total -= costs.pop(0)
         kept.pop(0)
-    text = _render_history(kept, len(entries) - len(kept))
+    extra = inputs.recent_history_note
+    text = _render_history(kept, len(entries) - len(kept), extra)
     while len(kept) > 1 and count_text(text) > cap:
         kept.pop(0)
-        text = _render_history(kept, len(entries) - len(kept))
+        text = _render_history(kept, len(entries) - len(kept), extra)
     if count_text(text) > cap:  # the newest entry alone is too big: shorten it
-        overhead = count_text(_render_history([""], len(entries) - 1))
+        overhead = count_text(_render_history([""], len(entries) - 1, extra))
         kept[0] = _shorten_to(kept[0], max(16, cap - overhead))
-        text = _render_history(kept, len(entries) - 1)
+        text = _render_history(kept, len(entries) - 1, extra)
     return text
 
 
@@ -268,6 +272,7 @@ def _inputs_key(inputs: PromptInputs) -> tuple[Any, ...]:
         inputs.model,
         inputs.max_history_entries,
         inputs.max_history_tokens,
+        inputs.recent_history_note,
     )
 
 
@@ -297,23 +302,11 @@ def build_system_prompt(inputs: PromptInputs) -> SystemPrompt:
     return prompt
 
 
-def build_messages(
-    system: SystemPrompt, history: Sequence[dict[str, Any]], current: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Wire messages ``[system, *history, current]`` (bookkeeping keys removed).
-
-    Messages are not merged: replaying exactly what was stored keeps the prefix stable.
-    """
-    return [
-        {"role": "system", "content": system.text},
-        *(wire_message(m) for m in history),
-        wire_message(current),
-    ]
-
-
 @dataclass
 class ContextBuilder:
     """Gathers the inputs from disk and builds the prompt; cheap when nothing changed.
+    (The prompt pipeline, :class:`hippobot.context.assembler.PromptAssembler`, builds every
+    system prompt through this.)
 
     Files and skills come through their stat-keyed caches, and the rendered prompt is
     memoised on the inputs, so an unchanged workspace costs a few ``stat`` calls per turn.
@@ -332,6 +325,7 @@ class ContextBuilder:
         tool_names: Sequence[str] = (),
         channel: str = "cli",
         model: str = "",
+        recent_history_note: str = "",
     ) -> PromptInputs:
         return PromptInputs(
             workspace=self.files.workspace,
@@ -346,6 +340,7 @@ class ContextBuilder:
             model=model,
             max_history_entries=self.max_history_entries,
             max_history_tokens=self.max_history_tokens,
+            recent_history_note=recent_history_note,
         )
 
     def build(self, **kwargs: Any) -> SystemPrompt:

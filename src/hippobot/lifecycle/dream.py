@@ -18,35 +18,57 @@ budget stop a looping model with a clear log line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
-import filelock
-
-from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
+from hippobot.lifecycle.accounting import (
+    Fact,
+    Outcome,
+    account,
+    batch_facts,
+    format_outcomes,
+    unaccounted,
+)
+from hippobot.locks import LockTimeout, acquire_async
+from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
+from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config.schema import DreamConfig
+    from hippobot.context.budget import Budget
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
 
-__all__ = ["MEMORY_FILES", "Dream", "DreamResult", "dream_prompt_command", "parse_findings"]
+__all__ = [
+    "MEMORY_FILES",
+    "Dream",
+    "DreamResult",
+    "HeldBatch",
+    "dream_prompt_command",
+    "parse_findings",
+    "parse_rejections",
+    "read_pending_reasons",
+]
 
 log = logging.getLogger(__name__)
 
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
+T = TypeVar("T")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
@@ -66,6 +88,44 @@ def parse_findings(text: str) -> tuple[list[str], bool]:
     return findings, any_valid
 
 
+_REJECT = re.compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$")
+
+
+def parse_rejections(text: str) -> list[tuple[str, str]]:
+    """``[SKIP] "<fact>" — reason`` lines: (fact, reason) pairs the model declined."""
+    out = []
+    for line in (text or "").splitlines():
+        m = _REJECT.match(line)
+        if m is not None:
+            out.append((m.group(1).strip(' "“”\''), m.group(2).strip()))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBatch:
+    """Entries a run left pending, and why."""
+
+    first: int
+    last: int
+    reason: str
+    facts: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"from": self.first, "to": self.last, "reason": self.reason, "facts": list(self.facts)}
+
+
+def read_pending_reasons(workspace: Path) -> list[HeldBatch]:
+    """What the last Dream run left pending and why (``hippobot memory history --pending``)."""
+    try:
+        data = json.loads((workspace / ".hippobot" / "dream" / "pending.json").read_text(encoding="utf-8"))
+        return [
+            HeldBatch(int(h["from"]), int(h["to"]), str(h["reason"]), tuple(map(str, h.get("facts", ()))))
+            for h in data.get("held", [])
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
 @dataclass(slots=True)
 class DreamResult:
     status: Literal["nothing", "done", "dry-run", "failed", "busy", "stopped"]
@@ -76,8 +136,22 @@ class DreamResult:
     commit: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    outcomes: list[Outcome] = field(default_factory=list)
+    held: list[HeldBatch] = field(default_factory=list)
+
+    def accounting(self) -> str:
+        """One line per durable fact of the run, then what stays pending and why."""
+        lines = [format_outcomes(self.outcomes)] if self.outcomes else []
+        for h in self.held:
+            lines.append(f"Entries #{h.first}-#{h.last} stay pending: {h.reason}")
+        return "\n".join(lines)
 
     def describe(self) -> str:
+        text = self._headline()
+        extra = self.accounting() if self.status not in ("nothing", "busy", "dry-run") else ""
+        return f"{text}\n{extra}" if extra else text
+
+    def _headline(self) -> str:
         took = f" in {self.seconds:.1f}s"
         if self.status == "nothing":
             return (
@@ -93,12 +167,14 @@ class DreamResult:
         if self.status in ("failed", "stopped"):
             done = f" ({self.batches} batch(es) completed before that)" if self.batches else ""
             return f"Dream {self.status}{took}: {self.error}. The remaining entries stay pending{done}."
+        held = sum(h.last >= h.first for h in self.held)
+        tail = f"; {held} batch(es) stay pending" if held else ""
         if not self.files:
-            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes."
+            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes{tail}."
         sha = f" (commit {self.commit[:8]})" if self.commit else ""
         return (
             f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
-            f"updated {', '.join(self.files)}{sha}. See /dream-log; undo with /dream-restore."
+            f"updated {', '.join(self.files)}{sha}{tail}. See /dream-log; undo with /dream-restore."
         )
 
 
@@ -123,21 +199,40 @@ class _OverBudget(Exception):
 
 
 class Dream:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.workspace = agent.workspace
-        self.state = self.workspace / ".hippobot" / "dream"
+    """Dream runs of one workspace. Collaborators: the workspace's paths and locks, the
+    memory store, the memory repository (``git``, opened on first use), the model, the
+    ``dream`` settings and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        memory: MemoryStore,
+        git: Callable[[], GitStore],
+        model: ModelClient,
+        config: DreamConfig,
+        budget: Budget,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.paths = workspace
+        self.workspace = workspace.root
+        self.memory = memory
+        self._git = git
+        self.model = model
+        self.config = config
+        self.budget = budget
+        self.redact = redact
+        self.state = self.paths.dream_state
         self.staged = self.state / "staged"
         self.manifest = self.state / "manifest.json"
-        self._lock = filelock.FileLock(str(self.workspace / ".hippobot" / "locks" / "dream.lock"))
 
     @property
-    def config(self):
-        return self.agent.settings.defaults.dream
+    def git(self) -> GitStore:
+        return self._git()
 
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
-        custom = self.workspace / "prompts" / "dream.md"
+        custom = self.paths.dream_guide
         try:
             text = custom.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -150,67 +245,224 @@ class Dream:
 
     async def run(self, *, dry_run: bool = False) -> DreamResult:
         started = time.monotonic()
+        lock_path = self.paths.dream_lock
         try:
-            (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
-            self._lock.acquire(timeout=0)
-        except filelock.Timeout:
+            held = await acquire_async(lock_path, timeout=0)
+        except LockTimeout:
             return DreamResult("busy")
         except OSError as exc:  # a full or read-only disk: say so in one line
             raise StorageError(
-                f"Dream cannot take its lock {self._lock.lock_file}: {exc.strerror or exc}; "
+                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; "
                 "nothing was changed"
             ) from exc
         try:
             result = await self._run(dry_run)
         finally:
-            self._lock.release()
+            held.release()
         result.seconds = time.monotonic() - started
         return result
 
     async def _run(self, dry_run: bool) -> DreamResult:
-        memory = self.agent.memory
+        memory = self.memory
         if not dry_run:
-            self.recover()
-        pending = memory.read_history(after=memory.dream_cursor())
+            await asyncio.to_thread(self.recover)
+        pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
         if not pending:
             return DreamResult("nothing")
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
         if not dry_run:
-            self._stage_or_fail()
-        last_done: int | None = None
-        batch_size = self.config.batch_size
+            await asyncio.to_thread(self._stage_or_fail)
+        last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
+        batch: Sequence[HistoryEntry] = ()
+        snapshot: dict[str, str] = {}
         try:
-            for i in range(0, len(pending), batch_size):
-                batch = pending[i : i + batch_size]
-                findings = await self._analyse(provider, batch, staged=not dry_run)
-                result.findings += findings
-                if findings and not dry_run:
-                    await self._edit(provider, findings)
+            for batch in self._batches(pending):
+                if dry_run:
+                    result.findings += (await self._analyse(provider, batch, staged=False))[0]
+                else:
+                    snapshot = self._files(self.staged)
+                    held = await self._batch(provider, batch, result)
+                    if held is not None:
+                        self._restore(snapshot)  # nothing of an unaccounted batch is kept
+                        result.held.append(held)
+                    elif not result.held:
+                        last_done = batch[-1].cursor
                 result.entries += len(batch)
                 result.batches += 1
-                last_done = batch[-1].cursor
+            batch = ()
         except _OverBudget as exc:
             log.warning("Dream stopped: %s; the rest stays pending", exc)
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
-            reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
+            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
             log.warning("Dream failed: %s; the entries stay pending", reason)
             result.status, result.error = "failed", reason
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
             return result
-        if last_done is not None:
-            result.files, result.commit = self._apply(last_done)
+        if batch:  # interrupted mid-batch: drop its half-made edits, report the rest as pending
+            if snapshot:
+                self._restore(snapshot)
+            result.held.append(HeldBatch(batch[0].cursor, pending[-1].cursor, f"Dream {result.status}: {result.error}"))
+        for h in result.held:
+            log.warning("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
+        self._write_pending_reasons(result.held)
+        cursor = last_done if last_done is not None else memory.dream_cursor()
+        if cursor > memory.dream_cursor() or self._staged_changed():
+            result.files, result.commit = await asyncio.to_thread(
+                self._apply, cursor, result.accounting()
+            )
         else:
-            shutil.rmtree(self.staged, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.staged, ignore_errors=True)
         return result
 
+    def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
+        """At most ``batchSize`` entries each, and with a context window, at most a third of
+        the input budget of entry text, so Dream's requests fit a small window too."""
+        from hippobot.context.tokens import count_text
+
+        budget = self.budget
+        cap = max(300, budget.input // 3) if budget.enabled else None
+        out: list[Sequence[HistoryEntry]] = []
+        current: list[HistoryEntry] = []
+        used = 0
+        for entry in pending:
+            cost = count_text(entry.content[:_ENTRY_CAP]) + 12
+            full = len(current) >= self.config.batch_size or (cap is not None and current and used + cost > cap)
+            if full:
+                out.append(current)
+                current, used = [], 0
+            current.append(entry)
+            used += cost
+        if current:
+            out.append(current)
+        return out
+
+    async def _batch(
+        self, provider: Provider, batch: Sequence[HistoryEntry], result: DreamResult
+    ) -> HeldBatch | None:
+        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay pending."""
+        facts = batch_facts(batch)
+        before = self._files(self.staged)
+        findings, valid, text = await self._analyse(provider, batch, staged=True)
+        if not valid:
+            log.warning(
+                "Dream analysis of entries #%d-#%d was empty or followed no known format; "
+                "asking once more", batch[0].cursor, batch[-1].cursor,
+            )
+            findings, valid, text = await self._analyse(provider, batch, staged=True)
+        if not valid:
+            if not facts:
+                log.warning(
+                    "Dream analysis of entries #%d-#%d followed no known format; they hold no "
+                    "durable facts, so nothing is lost", batch[0].cursor, batch[-1].cursor,
+                )
+                return None
+            return HeldBatch(
+                batch[0].cursor, batch[-1].cursor,
+                "the model's analysis was empty or followed no known format (asked twice)",
+                tuple(f.text for f in facts),
+            )
+        result.findings += findings
+        rejections = parse_rejections(text)
+        for chunk in self._chunks(findings):
+            rejections += parse_rejections(await self._edit(provider, chunk))
+        outcomes = self._account(facts, before, rejections)
+        missing = unaccounted(outcomes)
+        if missing:
+            log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
+                     len(missing), batch[0].cursor, batch[-1].cursor)
+            for part in self._chunks(missing):
+                reply = await self._edit(provider, [], missing=part)
+                rejections += parse_rejections(reply)
+            outcomes = self._account(facts, before, rejections)
+            missing = unaccounted(outcomes)
+        result.outcomes += outcomes
+        if missing:
+            return HeldBatch(
+                batch[0].cursor, batch[-1].cursor,
+                f"{len(missing)} fact(s) not accounted for after a retry: "
+                + "; ".join(o.describe() for o in missing[:3]),
+                tuple(o.fact.text for o in missing),
+            )
+        return None
+
+    def _chunks(self, items: Sequence[T]) -> list[Sequence[T]]:
+        """Findings (or missing facts) split so one edit conversation, with a tool call and
+        result per item, fits the context window."""
+        if not items:
+            return []
+        from hippobot.context.tokens import count_text
+
+        budget = self.budget
+        if not budget.enabled:
+            return [items]
+        cap = max(200, budget.input // 8)
+        out: list[Sequence[T]] = []
+        current: list[T] = []
+        used = 0
+        for item in items:
+            text = item if isinstance(item, str) else getattr(getattr(item, "fact", None), "text", "")
+            cost = count_text(str(text)) + 40  # the finding, its edit call and the result
+            if current and used + cost > cap:
+                out.append(current)
+                current, used = [], 0
+            current.append(item)
+            used += cost
+        out.append(current)
+        return out
+
+    def _account(
+        self, facts: Sequence[Fact], before: dict[str, str], rejections: list[tuple[str, str]]
+    ) -> list[Outcome]:
+        return account(
+            facts, before, self._files(self.staged), rejections=rejections,
+            do_not_readd=self.do_not_readd(),
+        )
+
+    def do_not_readd(self) -> list[str]:
+        """Lines the user reverted, which Dream must neither write nor require (a hook for a
+        ledger of reverted lines; none is kept yet). They are shown to the model as "do not
+        add back", and a fact matching one is accounted as rejected."""
+        return []
+
+    def _guide(self) -> str:
+        guide = self.guide()[0]
+        reverted = self.do_not_readd()
+        if reverted:
+            guide += "\n\nThe user removed these lines from the memory files; do not add them back:\n"
+            guide += "\n".join(f"- {line}" for line in reverted)
+        return guide
+
+    def _restore(self, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            atomic_write_text(self.staged / name, text)
+
+    def _staged_changed(self) -> bool:
+        base = self.state / "base"
+        return any(
+            (self.staged / name).exists()
+            and (self.staged / name).read_bytes() != ((base / name).read_bytes() if (base / name).exists() else b"")
+            for name in MEMORY_FILES
+        )
+
+    def _write_pending_reasons(self, held: list[HeldBatch]) -> None:
+        path = self.state / "pending.json"
+        try:
+            if held:
+                when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
+                atomic_write_text(path, json.dumps({"time": when, "held": [h.to_dict() for h in held]}, ensure_ascii=False))
+            else:
+                path.unlink(missing_ok=True)
+        except (OSError, StorageError) as exc:  # derived state: never fail a run over it
+            log.debug("could not record why entries stay pending: %s", exc)
+
     def _provider(self) -> Provider:
-        return self.agent.provider
+        return self.model.provider
 
     def _model(self) -> str:
-        return self.config.model_override or self.agent.model
+        return self.config.model_override or self.model.name
 
     def _files(self, root: Path) -> dict[str, str]:
         out = {}
@@ -228,31 +480,36 @@ class Dream:
             return "(empty)"
         return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
 
-    async def _analyse(self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool) -> list[str]:
+    async def _analyse(
+        self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool
+    ) -> tuple[list[str], bool, str]:
+        """Phase 1: (findings, whether the answer followed the format, the answer)."""
         files = self._files(self.staged if staged else self.workspace)
         history = "\n".join(
             f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
         )
         prompt = render(
-            "dream_phase1.md", guide=self.guide()[0], soul=self._show(files["SOUL.md"]),
+            "dream_phase1.md", guide=self._guide(), soul=self._show(files["SOUL.md"]),
             user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
             first=batch[0].cursor, last=batch[-1].cursor, history=history,
         )
         request = ChatRequest(
             model=self._model(), messages=[{"role": "user", "content": prompt}],
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
         response = await collect(provider.stream(request))
         findings, valid = parse_findings(response.text)
-        if not valid:
-            log.warning(
-                "Dream analysis of entries #%d-#%d followed no known format; treating it as "
-                "nothing to do", batch[0].cursor, batch[-1].cursor,
-            )
-        return findings
+        return findings, valid, response.text
 
-    async def _edit(self, provider: Provider, findings: list[str]) -> None:
+    async def _edit(
+        self, provider: Provider, findings: Sequence[str], *, missing: Sequence[Outcome] = ()
+    ) -> str:
+        """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
+
+        With ``missing``, a retry: the facts the accounting could not find are listed, and
+        the model adds them or declines each with ``[SKIP] "<fact>" — reason``.
+        """
         from hippobot.tools.base import ToolRegistry
         from hippobot.tools.files import file_tools
         from hippobot.tools.paths import PathPolicy
@@ -262,16 +519,27 @@ class Dream:
         registry = ToolRegistry()
         registry.extend(t for t in file_tools(policy) if t.name in ("read_file", "edit_file"))
         files = self._files(self.staged)
+        listed = "\n".join(findings) or "(none)"
+        if missing:
+            listed += (
+                "\n\nNot accounted for yet: no memory file states these facts from the history "
+                "(or a file still states the value a correction replaced). Add or fix each where "
+                "it belongs; to decline one, answer with a line [SKIP] \"<fact>\" — <reason>.\n"
+                + "\n".join(
+                    f"- {o.fact.text}" + (f" (still stated at {o.where})" if o.status == "stale" else "")
+                    for o in missing
+                )
+            )
         prompt = render(
-            "dream_phase2.md", guide=self.guide()[0], findings="\n".join(findings),
+            "dream_phase2.md", guide=self._guide(), findings=listed,
             soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
             memory=self._show(files["memory/MEMORY.md"]),
         )
         runner = Runner(
             provider=provider, model=self._model(), tools=registry,
             max_iterations=self.config.max_iterations,
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
 
         async def keep(msg: Message) -> Message:
@@ -283,6 +551,7 @@ class Dream:
                 "Dream edit phase hit its limit of %d tool steps (agents.defaults.dream."
                 "maxIterations); keeping the edits made so far", self.config.max_iterations,
             )
+        return result.reply or ""
 
     # --- staging and the commit point ---------------------------------------------------
 
@@ -311,13 +580,29 @@ class Dream:
         shutil.rmtree(base, ignore_errors=True)
         shutil.copytree(self.staged, base)
 
-    def _apply(self, cursor: int) -> tuple[tuple[str, ...], str | None]:
-        manifest = {"cursor": cursor, "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")}
+    def _apply(self, cursor: int, accounting: str = "") -> tuple[tuple[str, ...], str | None]:
+        manifest = {
+            "cursor": cursor,
+            "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M"),
+            "accounting": accounting,
+        }
         atomic_write_text(self.manifest, json.dumps(manifest))  # the commit point
         return self.recover()
 
     def recover(self) -> tuple[tuple[str, ...], str | None]:
-        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha."""
+        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha.
+
+        Blocking (file and git work): call it from a worker thread. It holds the memory
+        files' locks throughout, so an ``edit_file`` in a chat or a restore never lands
+        between reading a live file and replacing it with the merge.
+        """
+        if not self.manifest.exists():
+            shutil.rmtree(self.staged, ignore_errors=True)
+            return (), None
+        with self.paths.memory_files_lock():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> tuple[tuple[str, ...], str | None]:
         try:
             manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -325,7 +610,7 @@ class Dream:
             return (), None
         from hippobot.memory.gitstore import merge3
 
-        git = self.agent.git
+        git = self.git
         if git.available and git.initialized:
             git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
         changed: list[str] = []
@@ -347,7 +632,7 @@ class Dream:
             if merged != live:
                 atomic_write_text(live_path, merged)
                 changed.append(name)
-        self.agent.memory.set_dream_cursor(int(manifest["cursor"]))
+        self.memory.set_dream_cursor(int(manifest["cursor"]))
         sha = None
         if git.available and git.initialized:
             from hippobot.memory.gitstore import dream_message
@@ -357,17 +642,22 @@ class Dream:
             edits = tuple(f for f in summary.files if f.path in MEMORY_FILES)
             if edits:
                 message = dream_message(manifest.get("time", ""), replace(summary, files=edits))
+                if manifest.get("accounting"):
+                    message += "\n\nAccounting:\n" + str(manifest["accounting"])
                 sha = git.commit(message)
         self.manifest.unlink(missing_ok=True)
         shutil.rmtree(self.staged, ignore_errors=True)
         shutil.rmtree(self.state / "base", ignore_errors=True)
+        try:
+            self.memory.archive_processed()
+        except StorageError as exc:  # the archive stays as it is; the next run tries again
+            log.warning("could not move processed history entries to the archive: %s", exc)
         return tuple(changed), sha
 
 
-def dream_prompt_command(agent: Agent, arg: str) -> str:
+def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
-    dream = agent.dream
-    path = agent.workspace / "prompts" / "dream.md"
+    path = dream.paths.dream_guide
     if arg == "init":
         if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
             return f"{path} already has your guide; edit it directly."
@@ -379,4 +669,3 @@ def dream_prompt_command(agent: Agent, arg: str) -> str:
     text, custom = dream.guide()
     origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
     return f"Dream guide in effect: {origin}\n\n{text}"
-

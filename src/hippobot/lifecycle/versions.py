@@ -7,28 +7,26 @@ from typing import TYPE_CHECKING
 from hippobot.errors import UserError
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.memory.gitstore import GitStore
 
 __all__ = ["describe_log", "describe_restore", "list_versions"]
 
 
-def _unavailable(agent: Agent) -> str | None:
-    git = agent.git
+def _unavailable(git: GitStore) -> str | None:
     if not git.initialized:
         return (
             "Memory versioning is not set up in this workspace yet: run `hippobot onboard` "
             "(Dream commits every change it makes once it is)."
         )
     if not git.available:
-        return f"Memory versioning is off: {git.broken_reason}. Chat still works; fix or remove {agent.workspace / '.git'}."
+        return f"Memory versioning is off: {git.broken_reason}. Chat still works; fix or remove {git.workspace / '.git'}."
     return None
 
 
-def describe_log(agent: Agent, sha: str | None) -> str:
-    problem = _unavailable(agent)
+def describe_log(git: GitStore, sha: str | None) -> str:
+    problem = _unavailable(git)
     if problem:
         return problem
-    git = agent.git
     if sha is None:
         latest = git.log(limit=1, prefix="dream:") or git.log(limit=1)
         if not latest:
@@ -46,11 +44,11 @@ def describe_log(agent: Agent, sha: str | None) -> str:
     )
 
 
-def list_versions(agent: Agent, limit: int = 15) -> str:
-    problem = _unavailable(agent)
+def list_versions(git: GitStore, limit: int = 15) -> str:
+    problem = _unavailable(git)
     if problem:
         return problem
-    versions = agent.git.log(limit=limit)
+    versions = git.log(limit=limit)
     if not versions:
         return "No memory versions yet."
     lines = ["Memory versions (newest first):"]
@@ -59,14 +57,14 @@ def list_versions(agent: Agent, limit: int = 15) -> str:
     return "\n".join(lines)
 
 
-def describe_restore(agent: Agent, sha: str) -> str:
-    problem = _unavailable(agent)
+def describe_restore(git: GitStore, sha: str) -> str:
+    problem = _unavailable(git)
     if problem:
         return problem
     try:
-        result = agent.git.revert(sha)
+        result = git.revert(sha)
     except UserError as exc:
-        return f"{exc}\n\n{list_versions(agent)}"
+        return f"{exc}\n\n{list_versions(git)}"
     if result.new_sha is None:
         return f"Nothing to undo: the changes of {sha} are already gone."
     files = ", ".join(result.files)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -59,9 +60,9 @@ from dulwich.index import Index, commit_tree, index_entry_from_stat
 from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
-from filelock import FileLock, Timeout
 
 from hippobot.errors import HippobotError, StorageError, UserError
+from hippobot.locks import LockTimeout, locked
 from hippobot.memory.gitdiff import (
     DIFF_CAP,
     DiffSummary,
@@ -71,6 +72,7 @@ from hippobot.memory.gitdiff import (
     summarize,
 )
 from hippobot.memory.merge3 import merge3, merge_lines
+from hippobot.workspace import Workspace
 
 __all__ = [
     "AUTHOR",
@@ -344,7 +346,8 @@ class GitStore:
         self._files = tuple(p for p in self.store_paths if not p.endswith("/"))
         self._folders = tuple(p for p in self.store_paths if p.endswith("/"))
         self._secrets = tuple(secrets)
-        self._lock_path = self.workspace / ".hippobot" / "locks" / "git.lock"
+        self._paths = Workspace(self.workspace)
+        self._lock_path = self._paths.git_lock
         self._lock_timeout = lock_timeout
         self._diff_cap = diff_cap
 
@@ -448,14 +451,20 @@ class GitStore:
                 raise _Corrupt(f"object {_short(sha)} is missing")
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+    def _locked(self, *, files: bool = True) -> Iterator[None]:
+        """Hold the store paths' per-file locks (so no edit lands between reading and
+        writing them), then ``git.lock``. Blocking: call from a worker thread."""
+        # Every file the commit may read: tracked files and those now in tracked folders
+        # (skills/, prompts/), each under the same lock an edit of it takes.
+        paths = [self.workspace / p for p in self._store_files([])] if files else []
         try:
-            with FileLock(str(self._lock_path), timeout=self._lock_timeout):
+            with self._paths.files_lock(paths, self._lock_timeout), locked(
+                self._lock_path, timeout=self._lock_timeout
+            ):
                 yield
-        except Timeout as err:
+        except LockTimeout as err:
             raise VersioningUnavailable(
-                f"memory history is busy: {self._lock_path} held for {self._lock_timeout:.0f} s"
+                f"memory history is busy: {err} held for {self._lock_timeout:.0f} s"
             ) from err
 
     # -- writing ------------------------------------------------------------------
@@ -519,7 +528,7 @@ class GitStore:
         """``data`` without the configured secrets; the file on disk is rewritten to match."""
         if not self._secrets:
             return data
-        from hippobot.memory.redact import redact_exact, redact_secrets
+        from hippobot.redact import redact_exact, redact_secrets
 
         text = data.decode("utf-8", "surrogateescape")
         clean = redact_secrets(redact_exact(text, self._secrets))
@@ -537,7 +546,7 @@ class GitStore:
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
-            _past_stale_locks(lambda b=blob: repo.object_store.add_object(b))
+            _past_stale_locks(partial(repo.object_store.add_object, blob))
             blobs.append((path.encode("utf-8", "surrogateescape"), blob.id, _FILE_MODE))
         tree = _past_stale_locks(lambda: commit_tree(repo.object_store, blobs))
         if head is not None and repo[head].tree == tree:

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "RAW_PREFIX",
@@ -110,7 +110,7 @@ class HistoryEntry:
 MAX_CURSOR = 2**63 - 1  # the largest integer SQLite (the recall index) can hold
 
 
-def _is_index(value: object) -> bool:
+def _is_index(value: object) -> TypeGuard[int]:
     # bool is an int subclass; ``true`` is never a cursor or an index.
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CURSOR
 

@@ -35,8 +35,8 @@ from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.safeio import open_regular, read_regular
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
-from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
-from hippobot.session.model import Session, normalise_offset
+from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
+from hippobot.session.model import Session, normalise_offset, now_iso
 from hippobot.session.records import (
     DEFAULT_META,
     FORMAT_VERSION,
@@ -51,6 +51,7 @@ from hippobot.session.records import (
     preview,
     snapshot,
 )
+from hippobot.workspace import Workspace
 
 __all__ = [
     "FORMAT_VERSION",
@@ -199,7 +200,7 @@ class JsonlSessionStore:
     def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
         self.workspace = Path(workspace)
         self.root = self.workspace / SESSIONS_DIR
-        self._locks_dir = self.workspace / ".hippobot" / "locks"
+        self._paths = Workspace(self.workspace)
         self._fsync = fsync
         self._legacy = LegacyIndex(self.root)
         self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
@@ -223,8 +224,7 @@ class JsonlSessionStore:
         the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
         so such a read is still consistent.
         """
-        relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
-        lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
+        lock_path = self._paths.session_lock(key_to_relpath(key).relative_to(SESSIONS_DIR))
         stack = ExitStack()
         try:
             stack.enter_context(locked(lock_path, timeout=LOCK_TIMEOUT_S))
@@ -254,11 +254,16 @@ class JsonlSessionStore:
 
     def load(self, key: str) -> Session | None:
         path = self.path_for(key)
+        legacy = self._legacy.lookup(key)
         if not path.exists():
-            legacy = self._legacy.lookup(key)
-            migrated = self._migrate(key, legacy) if legacy else None
-            if migrated is not None or not path.exists():
-                return migrated
+            # Reading never writes: the first append or meta save creates the canonical file.
+            if legacy is None:
+                return None
+            with _storage_errors(legacy, "read"):
+                try:
+                    return read_legacy(legacy, key)
+                except FileNotFoundError:
+                    return None
         with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
                 handle = open_regular(path)  # a FIFO or device: an error, never a hang
@@ -283,7 +288,9 @@ class JsonlSessionStore:
             session.updated_at = parsed.last_time or created
             self._quarantine(path, parsed.corrupt)
             self._track(session, stat.st_ino, len(data), meta_state(session))
-            return session
+        if legacy is not None:
+            warn_if_shadowed(key, legacy, session.metadata, path)
+        return session
 
     def refresh(self, session: Session) -> int:
         path = self.path_for(session.key)
@@ -298,6 +305,11 @@ class JsonlSessionStore:
         try:
             handle = open_regular(path)
         except FileNotFoundError:
+            if tracked is not None:
+                # We had read this session from its file and the file is gone: it was
+                # deleted (``hippobot sessions delete``). What we hold in memory is the
+                # deleted conversation; it must not be written back.
+                self._forget_deleted(session, pending)
             return 0
         with handle:
             stat = os.fstat(handle.fileno())
@@ -317,6 +329,8 @@ class JsonlSessionStore:
                 return 0
             data = handle.read()
         if not data:  # an empty file: the next write puts the whole session in it
+            if tracked is not None and start == 0:
+                self._forget_deleted(session, pending)  # emptied by someone else
             return 0
         parsed = parse(data, at_start=start == 0)
         if start == 0:
@@ -345,6 +359,15 @@ class JsonlSessionStore:
         self._quarantine(path, parsed.corrupt)
         self._track(session, stat.st_ino, start + len(data), meta)
         return added
+
+    def _forget_deleted(self, session: Session, pending: int) -> None:
+        """Make ``session`` what a deleted file means: no stored messages, default pointers
+        (the ``pending`` tail, not on disk yet, stays)."""
+        del session.messages[: len(session.messages) - pending]
+        apply_meta(session, {})
+        session.created_at = session.updated_at = now_iso()
+        with self._guard:
+            self._tracked.pop(session, None)
 
     def _quarantine(self, path: Path, lines: Sequence[bytes]) -> None:
         """Copy unreadable lines to ``<file>.corrupt`` once each; warn once per call."""
@@ -432,25 +455,6 @@ class JsonlSessionStore:
         _fsync_dir(path.parent)
         return os.stat(path).st_ino
 
-    def _migrate(self, key: str, legacy: Path) -> Session | None:
-        path = self.path_for(key)
-        with self._locked(key):
-            if path.exists():  # another process migrated it first; the caller loads it
-                return None
-            with _storage_errors(legacy, "read"):
-                try:
-                    session = read_legacy(legacy, key)
-                except FileNotFoundError:
-                    return None
-            data = snapshot(session, with_meta=True)
-            with _storage_errors(path):
-                inode = self._replace(path, data)
-            self._track(session, inode, len(data), meta_state(session))
-            retired = retire_legacy(legacy)
-            logger.info("migrated nanobot session %r from %s (old file kept as %s)",
-                        key, legacy.name, retired.name if retired else legacy.name)
-        return session
-
     def delete(self, key: str) -> bool:
         path = self.path_for(key)
         removed = False
@@ -511,7 +515,15 @@ class JsonlSessionStore:
                 if key is not None and (info := self._info(key, path, legacy=False)):
                     infos[key] = info
         for key, path in self._legacy.entries().items():
-            if key not in infos and (info := self._info(key, path, legacy=True)):
+            if key in infos:
+                ours = infos[key].path
+                if ours is not None:
+                    meta = parse(ours.read_bytes(), at_start=True).meta or {}
+                    metadata = meta.get("metadata")
+                    warn_if_shadowed(
+                        key, path, metadata if isinstance(metadata, dict) else {}, ours
+                    )
+            elif info := self._info(key, path, legacy=True):
                 infos[key] = info
         return sorted(infos.values(), key=_sort_key, reverse=True)
 

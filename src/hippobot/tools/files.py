@@ -7,6 +7,10 @@ untouched and no temp file behind. With ``redact`` given, what is written passes
 first (hippobot redacts its configured keys from the files that shape the prompt, so a key
 never reaches memory, its history or a later prompt). The tool functions are synchronous;
 the registry runs them in a worker thread.
+
+Given a ``lock`` (the workspace's per-file lock, see :mod:`hippobot.workspace`), every
+read-modify-write holds the file's lock, so concurrent sessions, Dream and a restore never
+lose each other's edits.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import difflib
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from hippobot.errors import ToolError
@@ -32,13 +37,24 @@ _SIMILAR_LINE_MAX_LINES = 20_000
 
 
 Redactor = Callable[[Path, str], str]
+FileLock = Callable[[Path], AbstractContextManager[object]]
 _REDACTED_NOTE = " (a secret in it was replaced with [REDACTED])"
 
 
+def _no_lock(path: Path) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 def file_tools(
-    policy: PathPolicy, *, max_read_chars: int = 50_000, redact: Redactor | None = None
+    policy: PathPolicy,
+    *,
+    max_read_chars: int = 50_000,
+    lock: FileLock | None = None,
+    redact: Redactor | None = None,
 ) -> list[Tool]:
-    """The four file tools, confined by ``policy``; ``redact(path, text)`` filters writes."""
+    """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
+    they write passes through ``redact(path, text)``."""
+    file_lock = lock or _no_lock
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
         """Read a UTF-8 text file; long output is cut with a note saying how to read on.
@@ -60,10 +76,11 @@ def file_tools(
         target = policy.resolve(path, for_write=True)
         if target.is_dir():
             raise ToolError(f"{path} is a directory; give a file path")
-        existed = target.exists()
         clean = redact(target, content) if redact is not None else content
         data = clean.encode("utf-8")
-        _atomic_write(target, data, display=path)
+        with _holding(file_lock, target, path):
+            existed = target.exists()
+            _atomic_write(target, data, display=path)
         verb = "Overwrote" if existed else "Created"
         note = _REDACTED_NOTE if clean != content else ""
         return f"{verb} {policy.display(target)} ({len(data)} bytes written){note}"
@@ -77,7 +94,9 @@ def file_tools(
             new_text: The text to put in its place.
             replace_all: Replace every occurrence instead of requiring exactly one.
         """
-        return _edit(policy, path, old_text, new_text, replace_all, redact)
+        target = policy.resolve(path, for_write=True)
+        with _holding(file_lock, target, path):
+            return _edit(policy, path, old_text, new_text, replace_all, redact)
 
     def list_dir(path: str = ".") -> str:
         """List a directory: subdirectories end with '/', files show their size, symlinks their target.
@@ -173,6 +192,21 @@ def _edit(
     noun = "replacement" if count == 1 else "replacements"
     note = _REDACTED_NOTE if clean != updated else ""
     return f"Edited {policy.display(target)}: {count} {noun}{note}"
+
+
+@contextlib.contextmanager
+def _holding(lock: FileLock, target: Path, display: str) -> Iterator[None]:
+    try:
+        held = lock(target)
+        held.__enter__()
+    except TimeoutError:
+        raise ToolError(f"{display} is being changed by something else; try again") from None
+    except OSError as exc:
+        raise ToolError(f"cannot lock {display}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        held.__exit__(None, None, None)
 
 
 # --- read ---------------------------------------------------------------------------
