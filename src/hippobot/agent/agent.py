@@ -27,7 +27,7 @@ from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
-from hippobot.errors import ProviderError, StorageError
+from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.events import EventSink, Notice
@@ -193,7 +193,7 @@ class Agent:
     def git(self) -> GitStore:
         from hippobot.memory.gitstore import GitStore
 
-        return GitStore(self.workspace)
+        return GitStore(self.workspace, secrets=self.settings.secrets())
 
     @cached_property
     def consolidator(self) -> Consolidator:
@@ -263,6 +263,7 @@ class Agent:
                 workspace=self.paths,
                 project=self.project,
                 recall=self.recall,
+                git=self.git,
                 session_key=key,
             )
             self._registries[key] = registry
@@ -327,6 +328,13 @@ class Agent:
         configured reply limits for this turn's model calls (``hippobot serve`` passes what
         its client asked for)."""
         validate_key(key)
+        limit = self.settings.defaults.max_message_chars
+        if len(text) > limit:  # a huge message would be replayed and re-read on every turn
+            raise UserError(
+                f"the message is {len(text):,} characters; the limit is {limit:,} "
+                "(agents.defaults.maxMessageChars). Save it to a file in the workspace and "
+                "ask the agent to read it."
+            )
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
 
@@ -382,7 +390,7 @@ class Agent:
                     replay_start=session.replay_start,
                 )
             await self.sessions.save_meta(session)
-        if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
+        if any(m.get("name") in ("write_file", "edit_file", "exec") for m in result.messages):
             await asyncio.to_thread(self._commit_memory_edits, key)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hippobot.cli.main import JsonOpt, WorkspaceOpt, _agent, _print_json, _settings, memory_app
+from hippobot.errors import StorageError
 
 __all__: list[str] = []
 
@@ -83,6 +89,18 @@ def history(
 _SEARCH_FILL = 64  # documents a search may embed first (about a second with the local model)
 
 
+@contextlib.contextmanager
+def _index_errors(path: Path) -> Iterator[None]:
+    """A full or read-only disk under the search index: one line, not a traceback."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(
+            f"the search index {path} cannot be used ({exc}); free disk space or make the "
+            "workspace writable, then run `hippobot memory reindex`"
+        ) from None
+
+
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
@@ -97,12 +115,16 @@ def search(
     recall.embeddings is configured)."""
     from hippobot.recall.embedders import open_index
     from hippobot.recall.tools import format_explained, format_hits, hits_to_json
+    from hippobot.redact import redact_exact
 
-    index = open_index(_settings(workspace))  # syncs itself before searching
+    settings = _settings(workspace)
+    secrets = settings.secrets()
+    index = open_index(settings)  # syncs itself before searching
     left = 0
-    if index.semantic:  # a few of the newest documents still without a vector: embed now
-        left = index.embed_pending(max_docs=_SEARCH_FILL).pending
-    hits = index.search(query, k=k, explain=explain)
+    with _index_errors(index.path):
+        if index.semantic:  # a few of the newest documents still without a vector: embed now
+            left = index.embed_pending(max_docs=_SEARCH_FILL).pending
+        hits = index.search(query, k=k, explain=explain)
     warning = index.take_semantic_warning()
     if warning:
         sys.stderr.write(f"warning: {warning}\n")
@@ -112,12 +134,11 @@ def search(
             "`hippobot memory reindex` embeds them all\n"
         )
     if json_out:
-        _print_json(hits_to_json(hits))
+        _print_json(json.loads(redact_exact(json.dumps(hits_to_json(hits)), secrets)))
         return
-    if not hits:
-        sys.stdout.write("No matches.\n")
-    else:
-        sys.stdout.write((format_explained(hits) if explain else format_hits(hits)) + "\n")
+    # Also covers an index written before keys were redacted from it.
+    text = (format_explained(hits) if explain else format_hits(hits)) if hits else "No matches."
+    sys.stdout.write(redact_exact(text, secrets) + "\n")
 
 
 @memory_app.command("reindex")
@@ -127,7 +148,8 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     from hippobot.recall.embedders import open_index
 
     index = open_index(_settings(workspace), auto_sync=False)
-    stats = index.rebuild()
+    with _index_errors(index.path):
+        stats = index.rebuild()
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
     if not index.semantic:
         return

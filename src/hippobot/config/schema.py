@@ -7,6 +7,8 @@ file from the same knowledge.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -94,6 +96,8 @@ class AgentDefaults(_Model):
     """Fraction of the input budget consolidation shrinks the prompt to."""
     max_tool_result_chars: int = Field(default=16_000, ge=500)
     """Tool results longer than this are stored truncated with a marker."""
+    max_message_chars: int = Field(default=1_000_000, ge=1000)
+    """A user message longer than this is refused with an error (nothing is saved)."""
     max_history_messages: int = Field(
         default=0, ge=0, validation_alias=AliasChoices("maxHistoryMessages", "maxMessages")
     )
@@ -120,6 +124,9 @@ class ExecConfig(_Model):
     timeout: float = Field(default=60.0, gt=0)
     """Seconds before a shell command's whole process group is killed."""
     max_output_chars: int = Field(default=16_000, ge=200)
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    """Where commands run: "auto" = in a bubblewrap sandbox when it works here (else with a
+    warning, unsandboxed), "bwrap" = only in the sandbox, "none" = never sandboxed."""
 
 
 class ToolsConfig(_Model):

@@ -29,6 +29,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from hippobot.safeio import read_regular
+
 __all__ = [
     "BOOTSTRAP_FILES",
     "MEMORY_FILE",
@@ -134,11 +136,11 @@ class FileCache:
             return entry.value
         read_at = self._clock_ns()
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path)  # a FIFO or a link to /dev/zero is refused, not read
         except FileNotFoundError:
             self._forget(path)
             return _MISSING
-        except OSError as exc:  # a directory, no permission...
+        except OSError as exc:  # a directory, a FIFO or device, no permission...
             return self._unreadable(path, display, exc)
         self.disk_reads += 1
         if entry and entry.raw == raw:

@@ -199,7 +199,9 @@ def open_index(settings: Settings, *, auto_sync: bool = True) -> RecallIndex:
             embedder = embedder_from_settings(settings)
         except EmbeddingsUnavailableError as exc:
             problem = f"semantic recall unavailable, searching by keywords only: {exc}"
-    index = RecallIndex(settings.workspace, auto_sync=auto_sync, embedder=embedder)
+    index = RecallIndex(
+        settings.workspace, auto_sync=auto_sync, embedder=embedder, secrets=settings.secrets()
+    )
     if problem:
         index.note_semantic_warning(problem)
     return index

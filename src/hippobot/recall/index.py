@@ -34,9 +34,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from hippobot.redact import redact_exact
 
 from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, Fused, VectorStore, fuse
 from .query import (
@@ -99,9 +101,17 @@ class RecallIndex:
     """
 
     def __init__(
-        self, workspace: Path, *, auto_sync: bool = True, embedder: Embedder | None = None
+        self,
+        workspace: Path,
+        *,
+        auto_sync: bool = True,
+        embedder: Embedder | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.workspace = Path(workspace)
+        # Configured keys never enter the index nor leave it (search, get), whatever file
+        # they were found in.
+        self._secrets = tuple(secrets)
         self.path = self.workspace / INDEX_DIR / INDEX_FILE
         self.auto_sync = auto_sync
         self._lock = threading.RLock()
@@ -291,7 +301,7 @@ class RecallIndex:
         try:
             # Fresh under the write lock: reloaded only if another process committed.
             states = self._cached_states()
-            writer = IndexWriter(db)
+            writer = IndexWriter(db, redact=self._redact)
             pending = 0
             for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):
                 if _is_current(states.get(sf.rel), st):
@@ -536,6 +546,9 @@ class RecallIndex:
             out[doc_id] = KIND_BOOST[kind] * (1.0 + RECENCY_WEIGHT / (1.0 + age / tau))
         return out
 
+    def _redact(self, text: str) -> str:
+        return redact_exact(text, self._secrets)
+
     def get(
         self,
         citation: str,
@@ -560,7 +573,7 @@ class RecallIndex:
 
         def run() -> str:
             self._auto_sync()
-            return expand_citation(self._db, self.workspace, cite, around, private)
+            return self._redact(expand_citation(self._db, self.workspace, cite, around, private))
 
         return self._guard(run)
 

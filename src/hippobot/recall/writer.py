@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import astuple
 from typing import Any
 
@@ -44,8 +44,11 @@ __all__ = ["IndexWriter"]
 class IndexWriter:
     """Adds and removes the rows of single files; used inside one write transaction."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, *, redact: Callable[[str], str] | None = None
+    ) -> None:
         self._db = db
+        self._redact = redact
         self._next_ids: dict[str, int] = {}
 
     def index_file(
@@ -170,8 +173,9 @@ class IndexWriter:
                     doc.origin,
                 )
             )
-            texts.append((next_id, doc.text))
-            fts_rows.append((next_id, index_text(doc.text), owner_token(kind, doc.session_key)))
+            text = self._redact(doc.text) if self._redact is not None else doc.text
+            texts.append((next_id, text))
+            fts_rows.append((next_id, index_text(text), owner_token(kind, doc.session_key)))
             next_id += 1
         self._next_ids[kind] = next_id
         if rows:
