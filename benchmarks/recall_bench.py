@@ -16,6 +16,7 @@ Usage::
     python benchmarks/recall_bench.py            # full run, writes benchmarks/results/recall.json
     python benchmarks/recall_bench.py --small    # smoke run in a few seconds, writes nothing
     python benchmarks/recall_bench.py --out FILE --keep DIR
+    python benchmarks/recall_bench.py --semantic # BM25 vs hybrid: benchmarks/semantic_bench.py
 """
 
 from __future__ import annotations
@@ -387,7 +388,14 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="JSON results file (full run default: results/recall.json)"
     )
     parser.add_argument("--keep", type=Path, help="build the workspace here and keep it")
+    parser.add_argument(
+        "--semantic", action="store_true", help="run the semantic (hybrid) recall benchmark instead"
+    )
     args = parser.parse_args(argv)
+    if args.semantic:
+        from benchmarks import semantic_bench
+
+        return semantic_bench.main(["--small"] if args.small else [])
     out = args.out or (None if args.small else RESULTS)
     tmp = None
     if args.keep:

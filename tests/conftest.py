@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from hippobot.agent.agent import Agent
@@ -17,7 +18,10 @@ from hippobot.testing.server import ScriptedServer
 
 # Property tests explore the same inputs on every run, so CI is reproducible; set
 # HYPOTHESIS_PROFILE=explore to search fresh random inputs locally.
-hypothesis_settings.register_profile("ci", derandomize=True)
+# A loaded machine must not fail a property test for being slow: no deadline, no speed check.
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 hypothesis_settings.register_profile("explore", derandomize=False)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

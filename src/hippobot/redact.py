@@ -12,7 +12,10 @@ Two mechanisms:
   require a vendor prefix plus enough random-looking characters, so ordinary words
   ("sk-learn", "the bearer of bad news", "max_tokens: 4096") are left alone.
 * :func:`redact_exact` removes the keys hippobot itself was configured with, whatever
-  their shape.
+  their shape, and their simple encodings (:func:`secret_forms`: base64 and URL-safe
+  base64 of the key, with or without the newline ``echo`` adds, and hex). An encoding
+  that starts mid-stream (the key base64-encoded inside a longer text), a wrapped base64
+  line, or anything encrypted or reversed is not recognised.
 
 Both are pure functions; where a key name is part of the match it is kept and only the
 value is replaced, so the text still says *what* was there.
@@ -20,10 +23,13 @@ value is replaced, so the text still says *what* was there.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import re
 from collections.abc import Iterable
 
-__all__ = ["REDACTED", "redact_exact", "redact_secrets"]
+__all__ = ["REDACTED", "redact_exact", "redact_secrets", "secret_forms"]
 
 REDACTED = "[REDACTED]"
 
@@ -194,8 +200,28 @@ def redact_exact(text: str, secrets: Iterable[str]) -> str:
     would mangle ordinary text. Longer secrets are replaced first, so a secret that
     contains another is removed whole.
     """
-    wanted = sorted({s for s in secrets if isinstance(s, str) and len(s) > 8}, key=len)
+    wanted = tuple(sorted({s for s in secrets if isinstance(s, str) and len(s) > 8}))
     if not text or not wanted:
         return text
-    pattern = re.compile("|".join(re.escape(s) for s in reversed(wanted)))
-    return pattern.sub(REDACTED, text)
+    return _exact_pattern(wanted).sub(REDACTED, text)
+
+
+def secret_forms(secret: str) -> list[str]:
+    """``secret`` and the encodings a shell one-liner makes of it (see the module doc)."""
+    raw = secret.encode("utf-8")
+    forms = {secret}
+    for data in (raw, raw + b"\n"):
+        for encoded in (base64.b64encode(data), base64.urlsafe_b64encode(data)):
+            text = encoded.decode("ascii")
+            forms.update((text, text.rstrip("=")))
+        forms.add(binascii.hexlify(data).decode("ascii"))
+        forms.add(binascii.hexlify(data).decode("ascii").upper())
+    # Base64 of "key" and "key\n" share a prefix; the shorter form must not stop early.
+    return sorted(forms, key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _exact_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
+    forms = {f for s in secrets for f in secret_forms(s)}
+    # Longest first, so a secret (or form) that contains another is removed whole.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))

@@ -62,7 +62,7 @@ def _write(root: Path, lines: list[bytes]) -> None:
     path.write_bytes(b"".join(line + b"\n" for line in [header, *lines]))
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=files)
 def test_recall_numbers_messages_as_the_session_reader_does(tmp_path: Path, lines: list[bytes]) -> None:
     _write(tmp_path, lines)
@@ -112,7 +112,7 @@ history_lines = st.one_of(
 )
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(history_lines, max_size=15))
 def test_recall_reads_the_history_entries_the_store_reads(tmp_path: Path, lines: list[bytes]) -> None:
     from hippobot.memory.history import parse_chunk

@@ -90,8 +90,11 @@ def test_init_creates_repo_ignore_file_and_first_commit(ws: Path, store: GitStor
         "memory/*",
         "!memory/MEMORY.md",
         "!memory/.dream_cursor",
+        "!skills/",
+        "!prompts/",
         "!SOUL.md",
         "!USER.md",
+        "!AGENTS.md",
         "!.gitignore",
     ]
     [first] = store.log()
@@ -127,7 +130,7 @@ def test_init_merges_an_existing_gitignore_without_duplicates(tmp_path: Path) ->
     assert lines.count("!SOUL.md") == 1
     assert lines[1:] == [
         "/*", "!memory/", "memory/*", "!memory/MEMORY.md", "!memory/.dream_cursor",
-        "!SOUL.md", "!USER.md", "!.gitignore",
+        "!skills/", "!prompts/", "!SOUL.md", "!USER.md", "!AGENTS.md", "!.gitignore",
     ]  # fmt: skip
 
 

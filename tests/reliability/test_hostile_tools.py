@@ -148,7 +148,8 @@ def _alive(pid: int) -> bool:
 
 async def test_exec_timeout_kills_the_whole_process_group(tmp_path, scripted_server,
                                                           scripted_model):
-    agent = _agent(tmp_path / "home", scripted_server, exec={"timeout": 1})
+    # Unsandboxed, so the pids it writes are ours (in the sandbox they are its own PID space).
+    agent = _agent(tmp_path / "home", scripted_server, exec={"timeout": 1, "sandbox": "none"})
     command = (
         "sleep 60 & echo $! > pids; (sleep 60; echo late) & echo $! >> pids; "
         "echo $$ >> pids; echo started; wait"

@@ -27,7 +27,7 @@ from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
-from hippobot.errors import ProviderError, StorageError
+from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.events import EventSink, Notice
@@ -145,7 +145,14 @@ class Agent:
         self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
         self.prompts = PromptAssembler(
             builder=ContextBuilder(
-                self.files, self.skills, max_history_tokens=self.budget.history_tokens
+                self.files,
+                self.skills,
+                max_history_tokens=self.budget.history_tokens,
+                memory_budget=(
+                    int(self.budget.input * settings.config.recall.memory_share)
+                    if self.budget.enabled
+                    else 0
+                ),
             ),
             history=self.memory,
             tools_for=self.tools_for,
@@ -155,6 +162,7 @@ class Agent:
             include_other_sessions=defaults.see_other_sessions,
         )
         self._window_checked = False
+        self._semantic_warned: str | None = None
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
@@ -181,15 +189,15 @@ class Agent:
 
     @cached_property
     def recall(self) -> RecallIndex:
-        from hippobot.recall.index import RecallIndex
+        from hippobot.recall.embedders import open_index
 
-        return RecallIndex(self.workspace)
+        return open_index(self.settings)
 
     @cached_property
     def git(self) -> GitStore:
         from hippobot.memory.gitstore import GitStore
 
-        return GitStore(self.workspace)
+        return GitStore(self.workspace, secrets=self.settings.secrets())
 
     @cached_property
     def consolidator(self) -> Consolidator:
@@ -259,6 +267,7 @@ class Agent:
                 workspace=self.paths,
                 project=self.project,
                 recall=self.recall,
+                git=self.git,
                 session_key=key,
             )
             self._registries[key] = registry
@@ -323,6 +332,13 @@ class Agent:
         configured reply limits for this turn's model calls (``hippobot serve`` passes what
         its client asked for)."""
         validate_key(key)
+        limit = self.settings.defaults.max_message_chars
+        if len(text) > limit:  # a huge message would be replayed and re-read on every turn
+            raise UserError(
+                f"the message is {len(text):,} characters; the limit is {limit:,} "
+                "(agents.defaults.maxMessageChars). Save it to a file in the workspace and "
+                "ask the agent to read it."
+            )
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
 
@@ -378,7 +394,7 @@ class Agent:
                     replay_start=session.replay_start,
                 )
             await self.sessions.save_meta(session)
-        if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
+        if any(m.get("name") in ("write_file", "edit_file", "exec") for m in result.messages):
             await asyncio.to_thread(self._commit_memory_edits, key)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
@@ -472,6 +488,19 @@ class Agent:
         self._window_checked = True
 
     def _after_turn(self, session: Session) -> None:
+        from hippobot.recall.embedders import semantic_configured
+
+        if semantic_configured(self.settings):  # vectors for what this turn added, off the turn
+            batch = self.settings.config.recall.embeddings.batch_size
+            recall = self.recall
+            warning = recall.take_semantic_warning()  # from this turn's search or the last fill
+            if warning and warning != self._semantic_warned:
+                log.warning("%s", warning)
+                self._semantic_warned = warning
+            self.jobs.schedule(
+                "recall:embed",
+                lambda: asyncio.to_thread(recall.embed_pending, max_docs=2 * batch, batch_size=batch),
+            )
         if self.consolidator.due(session):
             self.jobs.schedule(
                 f"consolidate:{session.key}", lambda: self.consolidator.consolidate_locked(session.key)

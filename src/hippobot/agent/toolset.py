@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hippobot.tools.base import ToolRegistry
 from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
+from hippobot.tools.sandbox import Sandbox
 from hippobot.tools.shell import exec_tool
 from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.config import Settings
+    from hippobot.memory.gitstore import GitStore
     from hippobot.recall.index import RecallIndex
 
 __all__ = ["build_registry"]
+
+
+def _memory_redactor(
+    secrets: tuple[str, ...], workspace: Workspace, git: GitStore
+) -> Callable[[Path, str], str]:
+    """Redacts keys from writes to the files the memory history versions (they shape the
+    prompt and are kept forever); other files are written as given."""
+    from hippobot.redact import redact_exact, redact_secrets
+
+    root = Path(os.path.realpath(workspace.root))
+
+    def redact(path: Path, text: str) -> str:
+        try:
+            rel = path.relative_to(root).as_posix()
+        except ValueError:
+            return text
+        if not (git.is_store_path(rel) or rel.startswith("memory/")):
+            return text
+        return redact_secrets(redact_exact(text, secrets))
+
+    return redact
 
 
 def build_registry(
@@ -24,6 +49,7 @@ def build_registry(
     workspace: Workspace,
     project: Path | None,
     recall: RecallIndex,
+    git: GitStore,
     session_key: str,
 ) -> ToolRegistry:
     root = project or workspace.root
@@ -37,16 +63,24 @@ def build_registry(
         extra_roots=extra,
         read_only_roots=(builtin_skills_dir(),),  # the model may read built-in skills
         restrict=settings.config.tools.restrict_to_workspace,
+        hidden_roots=(settings.home,),  # config.json and its keys, even when unrestricted
     )
     registry = ToolRegistry()
-    # Every write holds the file's lock, shared with Dream, restores and other sessions.
-    registry.extend(file_tools(policy, lock=workspace.file_lock))
+    # Every write holds the file's lock, shared with Dream, restores and other sessions,
+    # and keys are redacted from what reaches a memory file.
+    redact = _memory_redactor(tuple(settings.secrets()), workspace, git)
+    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
     registry.register(
         exec_tool(
             cwd=root,
             timeout=settings.config.tools.exec.timeout,
             max_output_chars=settings.config.tools.exec.max_output_chars,
             env=settings.env,
+            sandbox=Sandbox(
+                settings.config.tools.exec.sandbox,
+                writable=(root, *extra),
+                hidden=(settings.home,),  # config.json, keys, other workspaces
+            ),
         )
     )
     from hippobot.recall.tools import recall_tools

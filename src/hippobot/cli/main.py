@@ -229,3 +229,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         sys.exit(130)
+    except OSError as exc:  # disk full, read-only, a folder where a file should be, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"error: {exc.strerror or exc}{where}; nothing was changed by this command\n")
+        sys.exit(1)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hippobot.cli.main import JsonOpt, WorkspaceOpt, _agent, _print_json, _settings, memory_app
+from hippobot.errors import StorageError
 
 __all__: list[str] = []
 
@@ -80,32 +86,86 @@ def history(
     sys.stdout.write("(* = waiting for Dream)\n")
 
 
+_SEARCH_FILL = 64  # documents a search may embed first (about a second with the local model)
+
+
+@contextlib.contextmanager
+def _index_errors(path: Path) -> Iterator[None]:
+    """A full or read-only disk under the search index: one line, not a traceback."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(
+            f"the search index {path} cannot be used ({exc}); free disk space or make the "
+            "workspace writable, then run `hippobot memory reindex`"
+        ) from None
+
+
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
     workspace: WorkspaceOpt = None,
     k: Annotated[int, typer.Option("--k", help="Number of results.")] = 8,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Show each hit's BM25, vector and final score.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Full-text search over history, every session and the memory files."""
-    from hippobot.recall.index import RecallIndex
-    from hippobot.recall.tools import format_hits, hits_to_json
+    """Search history, every session and the memory files (by meaning too, when
+    recall.embeddings is configured)."""
+    from hippobot.recall.embedders import open_index
+    from hippobot.recall.tools import format_explained, format_hits, hits_to_json
+    from hippobot.redact import redact_exact
 
-    index = RecallIndex(_settings(workspace).workspace)  # syncs itself before searching
-    hits = index.search(query, k=k)
+    settings = _settings(workspace)
+    secrets = settings.secrets()
+    index = open_index(settings)  # syncs itself before searching
+    left = 0
+    with _index_errors(index.path):
+        if index.semantic:  # a few of the newest documents still without a vector: embed now
+            left = index.embed_pending(max_docs=_SEARCH_FILL).pending
+        hits = index.search(query, k=k, explain=explain)
+    warning = index.take_semantic_warning()
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
+    elif left:
+        sys.stderr.write(
+            f"note: {left} documents have no vector yet and are found by their words only; "
+            "`hippobot memory reindex` embeds them all\n"
+        )
     if json_out:
-        _print_json(hits_to_json(hits))
+        _print_json(json.loads(redact_exact(json.dumps(hits_to_json(hits)), secrets)))
         return
-    sys.stdout.write((format_hits(hits) if hits else "No matches.") + "\n")
+    # Also covers an index written before keys were redacted from it.
+    text = (format_explained(hits) if explain else format_hits(hits)) if hits else "No matches."
+    sys.stdout.write(redact_exact(text, secrets) + "\n")
 
 
 @memory_app.command("reindex")
 def reindex(workspace: WorkspaceOpt = None) -> None:
-    """Rebuild the search index from the files (it is derived state)."""
-    from hippobot.recall.index import RecallIndex
+    """Rebuild the search index from the files (it is derived state), and with semantic
+    recall configured, embed every document."""
+    from hippobot.recall.embedders import open_index
 
-    stats = RecallIndex(_settings(workspace).workspace, auto_sync=False).rebuild()
+    index = open_index(_settings(workspace), auto_sync=False)
+    with _index_errors(index.path):
+        stats = index.rebuild()
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
+    if not index.semantic:
+        return
+    embedded = 0
+    while True:
+        fill = index.embed_pending(max_docs=512)
+        embedded += fill.embedded
+        if fill.pending:
+            sys.stderr.write(f"embedding… {embedded} done, {fill.pending} to go\n")
+        if not fill.pending or not fill.embedded:
+            break
+    warning = index.take_semantic_warning()
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
+        raise typer.Exit(1)
+    sys.stdout.write(f"embedded: {embedded} documents\n")
 
 
 @memory_app.command("log")

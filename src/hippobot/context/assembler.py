@@ -21,7 +21,7 @@ from hippobot.context.builder import ContextBuilder, SystemPrompt
 from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
 from hippobot.context.wire import to_wire
 from hippobot.memory.history import HistoryEntry
-from hippobot.messages import Message
+from hippobot.messages import Message, content_text
 from hippobot.session.model import Session
 
 if TYPE_CHECKING:
@@ -65,6 +65,18 @@ class PreparedRequest:
             + tokens.count_tools(self.schemas)
             + tokens.count_messages(self.history)
         )
+
+
+def memory_anchor(session: Session, recent: Sequence[Any]) -> str:
+    """What memory files over their budget are selected for: the first user message the
+    prompt replays and the Recent History shown. Both change only at memory events
+    (consolidation, /new, Dream), so the selection and the cached prefix stay put between."""
+    parts = [str(getattr(e, "content", "")) for e in recent]
+    for message in session.messages[session.replay_start :]:
+        if message.get("role") == "user":
+            parts.insert(0, content_text(message.get("content")))
+            break
+    return "\n".join(parts)
 
 
 class PromptAssembler:
@@ -126,6 +138,7 @@ class PromptAssembler:
             channel=channel,
             model=self.model_label(),
             recent_history_note=selection.note,
+            memory_anchor=memory_anchor(session, selection.entries),
         )
 
     def replay(

@@ -30,11 +30,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
+from hippobot.context.memory_select import select_memory, split_budget
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
@@ -316,6 +317,45 @@ class ContextBuilder:
     skills: SkillsIndex
     max_history_entries: int = 50
     max_history_tokens: int = 8000
+    memory_budget: int = 0
+    """Tokens USER.md + MEMORY.md may take; past that they are selected by relevance to the
+    anchor (0: shown as read, cut at ``bootstrapMaxChars``)."""
+    _fitted: OrderedDict[tuple[Any, ...], tuple[str | None, str | None]] = field(
+        default_factory=OrderedDict, repr=False
+    )
+
+    def _fit_memory(
+        self, bootstrap: list[tuple[str, str]], memory: str | None, anchor: str
+    ) -> tuple[list[tuple[str, str]], str | None]:
+        """USER.md and MEMORY.md within :attr:`memory_budget`, most relevant items first."""
+        if self.memory_budget <= 0:
+            return bootstrap, memory
+        user = self.files.whole("USER.md") if any(n == "USER.md" for n, _ in bootstrap) else None
+        whole_memory = self.files.whole(MEMORY_FILE) if memory is not None else None
+        key = (user, whole_memory, anchor, self.memory_budget)
+        hit = self._fitted.get(key)
+        if hit is None:
+            sizes = [count_text(user or ""), count_text(whole_memory or "")]
+            if sum(sizes) <= self.memory_budget:
+                hit = (user, whole_memory)
+            else:
+                user_budget, memory_budget = split_budget(self.memory_budget, sizes)
+
+                def fit(text: str | None, budget: int, label: str) -> str | None:
+                    if text is None:
+                        return None
+                    return select_memory(
+                        text, budget_tokens=budget, anchor=anchor, file_label=label,
+                        count_tokens=count_text,
+                    ).text
+
+                hit = (fit(user, user_budget, "USER.md"), fit(whole_memory, memory_budget, MEMORY_FILE))
+            self._fitted[key] = hit
+            if len(self._fitted) > 32:
+                self._fitted.popitem(last=False)
+        new_user, new_memory = hit
+        fitted = [(n, new_user if n == "USER.md" and new_user is not None else t) for n, t in bootstrap]
+        return fitted, new_memory
 
     def inputs(
         self,
@@ -326,12 +366,14 @@ class ContextBuilder:
         channel: str = "cli",
         model: str = "",
         recent_history_note: str = "",
+        memory_anchor: str = "",
     ) -> PromptInputs:
+        bootstrap, memory = self._fit_memory(self.files.bootstrap(), self.files.memory(), memory_anchor)
         return PromptInputs(
             workspace=self.files.workspace,
             project=self.files.project,
-            bootstrap=self.files.bootstrap(),
-            memory=self.files.memory(),
+            bootstrap=bootstrap,
+            memory=memory,
             skills=self.skills.skills(),
             recent_history=recent_history,
             archived_summary=archived_summary,

@@ -29,6 +29,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from hippobot.safeio import read_regular
+
 __all__ = [
     "BOOTSTRAP_FILES",
     "MEMORY_FILE",
@@ -54,6 +56,8 @@ class FileText:
     ``text`` has ``\\r\\n`` normalised to ``\\n`` and, when ``truncated``, ends with a visible
     note; ``original_chars`` is the length before cutting. ``warning`` explains anything
     surprising (not UTF-8, unreadable). A missing file is ``exists=False`` with empty text.
+    ``full`` is the whole text when it was cut (memory files are then selected by relevance
+    instead, see :mod:`hippobot.context.memory_select`), else empty.
     """
 
     text: str
@@ -61,6 +65,7 @@ class FileText:
     original_chars: int = 0
     warning: str | None = None
     exists: bool = True
+    full: str = ""
 
 
 _MISSING = FileText("", exists=False)
@@ -131,11 +136,11 @@ class FileCache:
             return entry.value
         read_at = self._clock_ns()
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path)  # a FIFO or a link to /dev/zero is refused, not read
         except FileNotFoundError:
             self._forget(path)
             return _MISSING
-        except OSError as exc:  # a directory, no permission...
+        except OSError as exc:  # a directory, a FIFO or device, no permission...
             return self._unreadable(path, display, exc)
         self.disk_reads += 1
         if entry and entry.raw == raw:
@@ -143,7 +148,7 @@ class FileCache:
         else:
             text, warning = _decode(raw, display)
             cut, truncated = _cut(text, self.max_chars, display)
-            value = FileText(cut, truncated, len(text), warning)
+            value = FileText(cut, truncated, len(text), warning, full=text if truncated else "")
         with self._lock:
             self._entries[path] = _Entry(key, read_at, raw, value)
         return value
@@ -225,6 +230,15 @@ class WorkspaceFiles:
             if text.strip() and not is_template(text, name):
                 found.append((name, text))
         return found
+
+    def whole(self, name: str) -> str | None:
+        """The uncut text of a bootstrap or memory file that is shown (None: not shown)."""
+        root = (self.project or self.workspace) if name in BOOTSTRAP_FILES else self.workspace
+        value = self.read(name, root=root)
+        text = value.full or value.text
+        if not text.strip() or is_template(text, name):
+            return None
+        return text
 
     def memory(self) -> str | None:
         """MEMORY.md's text, or None when it is missing, empty or the untouched template."""

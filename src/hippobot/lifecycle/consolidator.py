@@ -209,6 +209,7 @@ class Consolidator:
             try:
                 await self.sessions.refresh(session)
                 await asyncio.to_thread(self.repair, session)
+                end = min(end, len(session.messages))  # a stored fresh_start may be past the end
                 if session.last_consolidated >= end:
                     return None
                 return await self._archive(session, session.last_consolidated, end)
@@ -232,7 +233,7 @@ class Consolidator:
         resumed = 0
         for info in await asyncio.to_thread(self.sessions.list):
             session = await self.sessions.aget(info.key)
-            fresh = session.fresh_start
+            fresh = min(session.fresh_start, len(session.messages))  # damaged values count as 0
             await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
                 self.jobs.schedule(f"archive:{session.key}", partial(self.archive_until, session, fresh))

@@ -13,8 +13,16 @@ Invariants:
   processes can share one workspace.
 * A ``.git`` that cannot be read makes the store *unavailable* (a one-line reason)
   instead of raising on construction, so chat keeps working without versions.
-* No ``git`` binary is used. All methods are blocking: call them from async code
-  through ``asyncio.to_thread``.
+* No ``git`` binary is used, and no program is ever run: blobs are made from the files'
+  bytes and the index is written from them directly, so ``.gitattributes`` filters,
+  ``filter.*`` drivers in ``.git/config`` and hooks never apply. Symlinks, FIFOs and
+  devices in place of a tracked file are not followed or read (HEAD's version stays).
+* A tracked path ending in ``/`` is a folder: every regular file below it is versioned
+  (``skills/``, ``prompts/``), so everything that shapes the prompt can be undone.
+* With ``secrets`` given, a tracked file containing one of them (or its base64/hex form)
+  is rewritten with ``[REDACTED]`` in its place before it is committed: a key never
+  enters the permanent history.
+* All methods are blocking: call them from async code through ``asyncio.to_thread``.
 
 Diff rendering lives in :mod:`hippobot.memory.gitdiff` and the three-way merge in
 :mod:`hippobot.memory.merge3`; their public names are re-exported here.
@@ -26,6 +34,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 import zlib
@@ -41,12 +50,13 @@ from typing import Literal, TypeVar
 from dulwich.errors import (
     ChecksumMismatch,
     FileFormatException,
+    NoIndexPresent,
     NotGitRepository,
     ObjectMissing,
     WrongObjectException,
 )
 from dulwich.file import FileLocked
-from dulwich.index import commit_tree
+from dulwich.index import Index, commit_tree, index_entry_from_stat
 from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
@@ -89,8 +99,11 @@ AUTHOR = "hippobot <hippobot@dream>"
 DEFAULT_TRACKED: tuple[str, ...] = (
     "SOUL.md",
     "USER.md",
+    "AGENTS.md",
     "memory/MEMORY.md",
     "memory/.dream_cursor",
+    "skills/",
+    "prompts/",
 )
 CURSOR_PATH = "memory/.dream_cursor"
 GITIGNORE = ".gitignore"
@@ -99,6 +112,8 @@ MANUAL_MESSAGE = "manual: edits before restore"
 _SHORT = 8
 _MIN_PREFIX = 4
 _FILE_MODE = 0o100644
+_MAX_FILE_BYTES = 8 * 1024 * 1024  # a bigger tracked file keeps HEAD's version
+_MAX_TREE_FILES = 2000  # files versioned below one tracked folder
 # Errors that mean "the repository's data cannot be read", as opposed to our own bugs.
 _CORRUPT_ERRORS = (
     KeyError,
@@ -237,11 +252,42 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a symlink) of sane size, else None.
+
+    Opened without following a final symlink and without blocking, so a FIFO or a link to
+    ``/dev/zero`` in place of a tracked file can neither hang nor flood a commit.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(_MAX_FILE_BYTES + 1)
+        return data if len(data) <= _MAX_FILE_BYTES else None
+    finally:
+        os.close(fd)
+
+
 def _ignore_lines(tracked: Sequence[str]) -> list[str]:
     """``/*`` then, per tracked file, un-ignore its folders (ignoring their other
-    contents) and the file itself; ``!.gitignore`` last."""
+    contents) and the file itself (a tracked folder: all of it); ``!.gitignore`` last."""
     lines = ["/*"]
     for path in [p for p in tracked if "/" in p] + [p for p in tracked if "/" not in p]:
+        if path.endswith("/"):
+            parts = path.rstrip("/").split("/")
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                for line in (f"!{folder}/", f"{folder}/*"):
+                    if line not in lines:
+                        lines.append(line)
+            if f"!{path}" not in lines:
+                lines.append(f"!{path}")
+            continue
         parts = path.split("/")
         for depth in range(1, len(parts)):
             folder = "/".join(parts[:depth])
@@ -292,10 +338,14 @@ class GitStore:
         *,
         lock_timeout: float = 60.0,
         diff_cap: int = DIFF_CAP,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.workspace = Path(workspace)
         self.tracked = tuple(self._check_path(p) for p in tracked)
         self.store_paths = (*self.tracked, GITIGNORE)
+        self._files = tuple(p for p in self.store_paths if not p.endswith("/"))
+        self._folders = tuple(p for p in self.store_paths if p.endswith("/"))
+        self._secrets = tuple(secrets)
         self._paths = Workspace(self.workspace)
         self._lock_path = self._paths.git_lock
         self._lock_timeout = lock_timeout
@@ -306,7 +356,37 @@ class GitStore:
         parts = Path(path).as_posix().strip("/").split("/")
         if not path or any(p in ("", ".", "..", ".git") for p in parts):
             raise ValueError(f"not a workspace-relative file path: {path!r}")
-        return "/".join(parts)
+        return "/".join(parts) + ("/" if path.endswith("/") else "")
+
+    def is_store_path(self, rel: str) -> bool:
+        """True for a path this store versions (a tracked file, or a file in a tracked folder)."""
+        return rel in self._files or any(rel.startswith(f) for f in self._folders)
+
+    def working_files(self) -> dict[str, bytes]:
+        """The store files as they are on disk now (regular files only), by path."""
+        out = {}
+        for rel in self._store_files([]):
+            data = _read_regular(self.workspace / rel)
+            if data is not None:
+                out[rel] = data
+        return out
+
+    def _store_files(self, head_paths: Sequence[str]) -> list[str]:
+        """The tracked files, the regular files now below tracked folders, and every
+        store path HEAD has (so a deletion is seen)."""
+        found = [*self._files, *(p for p in head_paths if self.is_store_path(p))]
+        for folder in self._folders:
+            top = self.workspace / folder
+            count = 0
+            for dirpath, dirnames, filenames in os.walk(top):  # never follows symlinks
+                dirnames[:] = sorted(d for d in dirnames if d.casefold() != ".git")
+                for name in sorted(filenames):
+                    full = Path(dirpath) / name
+                    if count >= _MAX_TREE_FILES or not full.is_file() or full.is_symlink():
+                        continue
+                    count += 1
+                    found.append(full.relative_to(self.workspace).as_posix())
+        return sorted(set(found))
 
     # -- state --------------------------------------------------------------------
 
@@ -374,7 +454,9 @@ class GitStore:
     def _locked(self, *, files: bool = True) -> Iterator[None]:
         """Hold the store paths' per-file locks (so no edit lands between reading and
         writing them), then ``git.lock``. Blocking: call from a worker thread."""
-        paths = [self.workspace / p for p in self.store_paths] if files else []
+        # Every file the commit may read: tracked files and those now in tracked folders
+        # (skills/, prompts/), each under the same lock an edit of it takes.
+        paths = [self.workspace / p for p in self._store_files([])] if files else []
         try:
             with self._paths.files_lock(paths, self._lock_timeout), locked(
                 self._lock_path, timeout=self._lock_timeout
@@ -427,12 +509,36 @@ class GitStore:
     def _worktree(self, repo: Repo, head: bytes | None) -> Snapshot:
         """HEAD's tree with every store path replaced by its file (absent = deleted)."""
         snap = _load(repo, _tree_ids(repo, repo[head].tree if head else None))
-        for rel in self.store_paths:
-            try:
-                snap[rel] = (self.workspace / rel).read_bytes()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        for rel in self._store_files(list(snap)):
+            path = self.workspace / rel
+            if not os.path.lexists(path):
                 snap.pop(rel, None)
+                continue
+            data = _read_regular(path)
+            if data is None:  # a symlink, FIFO, device, folder or huge file: not versioned
+                if not path.is_dir() or path.is_symlink():
+                    log.warning("not versioning %s: not a regular file of sane size", path)
+                if path.is_dir():
+                    snap.pop(rel, None)
+                continue
+            snap[rel] = self._redacted(path, data)
         return snap
+
+    def _redacted(self, path: Path, data: bytes) -> bytes:
+        """``data`` without the configured secrets; the file on disk is rewritten to match."""
+        if not self._secrets:
+            return data
+        from hippobot.redact import redact_exact, redact_secrets
+
+        text = data.decode("utf-8", "surrogateescape")
+        clean = redact_secrets(redact_exact(text, self._secrets))
+        if clean == text:
+            return data
+        out = clean.encode("utf-8", "surrogateescape")
+        log.warning("removed a configured key from %s before versioning it", path)
+        with contextlib.suppress(OSError):
+            _atomic_write(path, out)
+        return out
 
     def _commit(self, repo: Repo, message: str) -> str | None:
         head = _head_sha(repo)
@@ -468,15 +574,34 @@ class GitStore:
             )
         if not ok:
             raise StorageError("memory history moved while committing; nothing was committed")
-        self._stage(repo)
+        self._stage(repo, {p.decode("utf-8", "surrogateescape"): sha for p, sha, _ in blobs})
         return commit.id.decode("ascii")
 
-    def _stage(self, repo: Repo) -> None:
-        # Keeps the index in step with HEAD so `git status` in any client is clean;
-        # our commits never read the index, so a failure here only affects that view.
+    def _stage(self, repo: Repo, committed: dict[str, bytes]) -> None:
+        """Point the index's store entries at the blobs just committed.
+
+        Keeps ``git status`` in any client clean. Written directly, never through
+        dulwich's ``stage`` (which runs ``.gitattributes`` filter drivers); our commits
+        never read the index, so a failure here only affects that view.
+        """
         try:
-            worktree = repo.get_worktree() if hasattr(repo, "get_worktree") else repo
-            _past_stale_locks(lambda: worktree.stage(list(self.store_paths)))
+            try:
+                index = repo.open_index()
+            except NoIndexPresent:
+                index = Index(repo.index_path(), read=False)
+            for rel in sorted(set(committed) | {os.fsdecode(p) for p in index}):
+                if not self.is_store_path(rel):
+                    continue
+                key = rel.encode("utf-8", "surrogateescape")
+                try:
+                    st = os.lstat(self.workspace / rel)
+                except OSError:
+                    st = None
+                if rel in committed and st is not None and stat.S_ISREG(st.st_mode):
+                    index[key] = index_entry_from_stat(st, committed[rel], mode=_FILE_MODE)
+                elif key in index:
+                    del index[key]
+            _past_stale_locks(index.write)
         except Exception as err:  # best effort by design, see above
             log.warning("could not update the git index in %s: %s", self.workspace, err)
 
@@ -587,7 +712,10 @@ class GitStore:
             base = _load(repo, _tree_ids(repo, commit.tree))
             theirs = _load(repo, _tree_ids(repo, repo[commit.parents[0]].tree))
             ours = self._worktree(repo, head)
-            changed = [p for p in self.store_paths if base.get(p) != theirs.get(p)]
+            changed = sorted(
+                p for p in base.keys() | theirs.keys()
+                if self.is_store_path(p) and base.get(p) != theirs.get(p)
+            )
             merged, conflicts = {}, []
             for path in changed:
                 result = self._merge_file(path, base.get(path), ours.get(path), theirs.get(path))

@@ -107,9 +107,12 @@ class HistoryEntry:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
 
+MAX_CURSOR = 2**63 - 1  # the largest integer SQLite (the recall index) can hold
+
+
 def _is_index(value: object) -> TypeGuard[int]:
     # bool is an int subclass; ``true`` is never a cursor or an index.
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CURSOR
 
 
 def parse_line(line: str) -> HistoryEntry | None:
@@ -126,7 +129,7 @@ def parse_line(line: str) -> HistoryEntry | None:
         return None
     try:
         data = json.loads(text)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
     if not isinstance(data, dict):
         return None

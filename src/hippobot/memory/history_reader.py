@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from hippobot.errors import StorageError
 from hippobot.memory.history import HistoryEntry, parse_chunk, parse_line
 
 __all__ = ["HistoryReader", "StoreStats"]
@@ -75,10 +77,23 @@ class HistoryReader:
         self._tail_cursor = cursor
 
     def _stat_history(self) -> os.stat_result | None:
+        """The file's stat; None when missing; StorageError when it is not a regular file
+        (a folder, FIFO or device would fail, hang or never end when read)."""
         try:
-            return self.history_path.stat()
+            st = self.history_path.stat()
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            raise StorageError(
+                f"{self.history_path.parent} is not a folder; move it aside so hippobot can "
+                "recreate it"
+            ) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(
+                f"{self.history_path} is not a regular file; move it aside so hippobot can "
+                "start a new one"
+            )
+        return st
 
     def last_cursor(self) -> int:
         """Cursor of the last valid entry, re-reading only the tail when the file changed."""

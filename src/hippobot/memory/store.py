@@ -32,6 +32,7 @@ make reading ``history.jsonl`` cheap are in :mod:`hippobot.memory.history_reader
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -45,6 +46,7 @@ from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.memory.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.memory.history import (
+    MAX_CURSOR,
     HistoryEntry,
     HistorySource,
     format_timestamp,
@@ -54,6 +56,7 @@ from hippobot.memory.history import (
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
 from hippobot.redact import redact_exact, redact_secrets
+from hippobot.safeio import NotRegularFile, read_regular
 from hippobot.workspace import Workspace
 
 __all__ = [
@@ -73,14 +76,17 @@ TRUNCATION_SUFFIX = "\n... (truncated)"
 DEFAULT_KEEP_ENTRIES = 1000
 LOCK_TIMEOUT_S = 60.0
 
-_DECIMAL = re.compile(r"\d+")
+_DECIMAL = re.compile(r"\d{1,19}")  # longer (or >= 2**63, see MAX_CURSOR) is garbage
 _REDACT_MARGIN = 4096
 
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8", errors="replace")
+        return read_regular(path).decode("utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return ""
+    except NotRegularFile:
+        logger.warning("%s is a FIFO or device, not a file; treating it as empty", path)
         return ""
 
 
@@ -176,11 +182,15 @@ class MemoryStore:
     def _read_counter(path: Path) -> int | str | None:
         """The decimal in ``path``; ``None`` when missing; the raw text when it is garbage."""
         try:
-            raw = path.read_bytes().decode("utf-8", errors="replace")
+            raw = read_regular(path, 64).decode("utf-8", errors="replace")
         except (FileNotFoundError, IsADirectoryError):
             return None
+        except NotRegularFile:
+            return "(not a regular file)"  # garbage: repaired like any other
         text = raw.strip()
-        return int(text) if _DECIMAL.fullmatch(text) else raw
+        if _DECIMAL.fullmatch(text) and int(text) <= MAX_CURSOR:
+            return int(text)
+        return raw
 
     def _counter(self) -> int | None:
         """``.cursor``'s value; garbage is repaired from the file's largest cursor."""
@@ -309,8 +319,10 @@ class MemoryStore:
             fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             raise StorageError(f"could not open {self.history_path}: {exc}") from exc
+        size_before: int | None = None
         try:
             st = os.fstat(fd)
+            size_before = st.st_size
             if st.st_size > 0 and not self._ends_with_newline(st.st_size):
                 data = b"\n" + data
             view = memoryview(data)
@@ -321,6 +333,9 @@ class MemoryStore:
             os.fsync(fd)
             after = os.fstat(fd)
         except OSError as exc:
+            if size_before is not None:  # disk full mid-line: leave no partial line behind
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size_before)
             raise StorageError(
                 f"could not append to {self.history_path}: {exc}; earlier entries are intact"
             ) from exc

@@ -15,7 +15,8 @@ Tables:
   ``owner``). One per kind because BM25 scans every match of a term to weigh it: with
   separate tables a scope filter is free and a query reads each posting list once.
   Rows are deleted by replaying :func:`~hippobot.recall.query.index_text` over the text.
-* ``vectors``: embeddings of documents, only when semantic search is on.
+* ``embeddings``: one vector per document, only when semantic search is on; filled in the
+  background by :meth:`RecallIndex.embed_pending` (see :mod:`~hippobot.recall.embeddings`).
 
 Concurrency: WAL mode and a busy timeout; every write happens inside ``BEGIN IMMEDIATE``
 after re-reading ``files`` if another connection committed, so two processes syncing at
@@ -33,14 +34,18 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
+from hippobot.redact import redact_exact
+
+from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, Fused, VectorStore, fuse
 from .query import (
     FTS_TABLES,
     KIND_BOOST,
+    RECENCY_TAU_DAYS,
+    RECENCY_WEIGHT,
     Hit,
     ParsedQuery,
     RecallError,
@@ -96,9 +101,17 @@ class RecallIndex:
     """
 
     def __init__(
-        self, workspace: Path, *, auto_sync: bool = True, embedder: Embedder | None = None
+        self,
+        workspace: Path,
+        *,
+        auto_sync: bool = True,
+        embedder: Embedder | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.workspace = Path(workspace)
+        # Configured keys never enter the index nor leave it (search, get), whatever file
+        # they were found in.
+        self._secrets = tuple(secrets)
         self.path = self.workspace / INDEX_DIR / INDEX_FILE
         self.auto_sync = auto_sync
         self._lock = threading.RLock()
@@ -110,6 +123,26 @@ class RecallIndex:
         self._scanner = Scanner(self.workspace)
         # Optional semantic side (off by default): vectors kept next to the documents.
         self._vectors = VectorStore(embedder) if embedder is not None else None
+        self._semantic_warning: str | None = None  # set once when vectors stop working
+
+    @property
+    def semantic(self) -> bool:
+        """True when an embedder is configured (search fuses vectors when it can)."""
+        return self._vectors is not None
+
+    def take_semantic_warning(self) -> str | None:
+        """The one-line warning of the last embedding failure, once (then ``None``)."""
+        message, self._semantic_warning = self._semantic_warning, None
+        return message
+
+    def note_semantic_warning(self, message: str) -> None:
+        """Record why vectors are not used (e.g. the embedder could not be created)."""
+        self._semantic_warning = message
+
+    def _embedding_failed(self, exc: Exception) -> None:
+        # Recorded, not logged: the front end shows it once, where the user looks.
+        log.debug("embedding failed: %s", exc)
+        self._semantic_warning = f"semantic recall unavailable, searching by keywords only: {exc}"
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -195,7 +228,7 @@ class RecallIndex:
             try:
                 db.execute("DELETE FROM docs")
                 db.execute("DELETE FROM texts")
-                db.execute("DELETE FROM vectors")
+                db.execute("DELETE FROM embeddings")
                 db.execute("DELETE FROM files")
                 for table in FTS_TABLES.values():
                     db.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
@@ -268,7 +301,7 @@ class RecallIndex:
         try:
             # Fresh under the write lock: reloaded only if another process committed.
             states = self._cached_states()
-            writer = IndexWriter(db, self._vectors)
+            writer = IndexWriter(db, redact=self._redact)
             pending = 0
             for sf, st in sorted(todo, key=lambda item: item[1].st_mtime_ns):
                 if _is_current(states.get(sf.rel), st):
@@ -328,6 +361,7 @@ class RecallIndex:
         session_key: str | None = None,
         include_other_sessions: bool = True,
         now: float | None = None,
+        explain: bool = False,
     ) -> list[Hit]:
         """The ``k`` best matches for ``query``, best first.
 
@@ -336,6 +370,11 @@ class RecallIndex:
         documents containing only some. ``session_key`` marks hits from other sessions;
         with ``include_other_sessions=False`` they (and other sessions' history entries)
         are left out.
+
+        With an embedder, the keyword ranking and the vector ranking are fused (reciprocal
+        rank fusion × recency × kind boost); if the query cannot be embedded (endpoint down
+        or slow) the keyword ranking is returned and :meth:`take_semantic_warning` says why.
+        ``explain`` fills each hit's ``explain`` with the parts of its score.
         """
         if scope not in _SCOPE_KINDS:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
@@ -343,22 +382,83 @@ class RecallIndex:
         parsed = parse_query(query)
         if not parsed and (self._vectors is None or not query.strip()):
             return []
+        # Embedding the query may wait on an endpoint: do it before taking the index lock.
+        qvec = self._query_vector(query) if self._vectors is not None else None
+        clock = time.time() if now is None else now
 
         def run() -> list[Hit]:
             self._auto_sync()
-            found = self._keyword_search(
-                parsed,
-                k,
-                scope,
-                session_key,
-                include_other_sessions,
-                time.time() if now is None else now,
-            )
-            if self._vectors is not None:
-                found = self._fuse(found, query, k, scope, session_key, include_other_sessions)
-            return load_hits(self._db, found[:k], parsed, session_key)
+            found = self._keyword_search(parsed, k, scope, session_key, include_other_sessions, clock)
+            if qvec is None:
+                if not explain:
+                    return load_hits(self._db, found[:k], parsed, session_key)
+                fused = fuse(found, [], {})
+            else:
+                fused = self._fuse(found, qvec, k, scope, session_key, include_other_sessions, clock)
+            best = fused[:k]
+            notes = {f.doc_id: _explain(f) for f in best} if explain else None
+            return load_hits(self._db, [(f.doc_id, f.score) for f in best], parsed, session_key, notes)
 
         return self._guard(run)
+
+    def _query_vector(self, query: str) -> Any:
+        assert self._vectors is not None
+        try:
+            return self._vectors.embedder.embed_query(query)
+        except EmbeddingsUnavailableError as exc:
+            self._embedding_failed(exc)
+        except Exception as exc:  # an embedder bug must not break keyword search
+            self._embedding_failed(EmbeddingsUnavailableError(f"{type(exc).__name__}: {exc}"))
+        return None
+
+    def embed_pending(self, *, max_docs: int = 256, batch_size: int = 32) -> FillStats:
+        """Give up to ``max_docs`` documents without a vector one, newest first.
+
+        Meant for a background thread: the embedding runs without the index lock or a
+        database transaction held, so searches and syncs go on meanwhile. Stops at the
+        first embedding failure (one warning, see :meth:`take_semantic_warning`).
+        """
+        stats = FillStats()
+        store = self._vectors
+        if store is None:
+            return stats
+
+        def begin() -> None:
+            self._db.execute("BEGIN IMMEDIATE")
+
+        def first() -> list[tuple[int, str]]:
+            self._auto_sync()
+            begin()
+            try:
+                stats.dropped = store.drop_stale(self._db)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return store.next_batch(self._db, min(batch_size, max_docs))
+
+        batch = self._guard(first)
+        while batch:
+            try:
+                rows = store.embed(batch)
+            except EmbeddingsUnavailableError as exc:
+                self._embedding_failed(exc)
+                break
+
+            def save(rows: list[tuple[int, str, bytes]] = rows) -> list[tuple[int, str]]:
+                begin()
+                try:
+                    stats.embedded += store.store(self._db, rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                left = max_docs - stats.embedded
+                return store.next_batch(self._db, min(batch_size, left)) if left > 0 else []
+
+            batch = self._guard(save)
+        stats.pending = self._guard(lambda: store.pending(self._db))
+        return stats
 
     def _keyword_search(
         self,
@@ -402,16 +502,17 @@ class RecallIndex:
     def _fuse(
         self,
         keyword: list[tuple[int, float]],
-        query: str,
+        qvec: Any,
         k: int,
         scope: str,
         session_key: str | None,
         include_other: bool,
-    ) -> list[tuple[int, float]]:
-        """Merge keyword and semantic rankings by reciprocal rank fusion."""
+        now: float,
+    ) -> list[Fused]:
+        """Merge keyword and semantic rankings (reciprocal rank fusion × boosts)."""
         assert self._vectors is not None
         ranges = [(KIND_BASE[kind], KIND_BASE[kind] + KIND_SPAN) for kind in _SCOPE_KINDS[scope]]
-        similar = [i for i, _ in self._vectors.search(self._db, query, k=2 * k, id_ranges=ranges)]
+        similar = self._vectors.search(self._db, qvec, k=max(2 * k, 20), id_ranges=ranges)
         if similar and not include_other and session_key:
             marks = ",".join("?" * len(similar))
             foreign = {
@@ -419,13 +520,34 @@ class RecallIndex:
                 for row in self._db.execute(
                     f"SELECT id FROM docs WHERE id IN ({marks}) AND id >= ? "
                     "AND session_key IS NOT NULL AND session_key != ?",
-                    (*similar, KIND_BASE["history"], session_key),
+                    (*[i for i, _ in similar], KIND_BASE["history"], session_key),
                 )
             }
-            similar = [i for i in similar if i not in foreign]
-        fused = reciprocal_rank_fusion([[i for i, _ in keyword], similar])
-        scores = dict(keyword)
-        return [(i, scores.get(i, 0.0)) for i in fused]
+            similar = [(i, sim) for i, sim in similar if i not in foreign]
+        return fuse(keyword, similar, self._boosts([*keyword, *similar], now))
+
+    def _boosts(self, ranked: list[tuple[int, float]], now: float) -> dict[int, float]:
+        """Recency × kind boost per document, the same factors keyword ranking uses."""
+        ids = list({doc_id for doc_id, _ in ranked})
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        tau = RECENCY_TAU_DAYS * 86400.0
+        out: dict[int, float] = {}
+        for doc_id, ts in self._db.execute(f"SELECT id, ts FROM docs WHERE id IN ({marks})", ids):
+            kind = _kind_of(doc_id)
+            if kind == "memory":
+                age = 0.0
+            elif ts is None:
+                out[doc_id] = KIND_BOOST[kind]
+                continue
+            else:
+                age = max(0.0, now - ts)
+            out[doc_id] = KIND_BOOST[kind] * (1.0 + RECENCY_WEIGHT / (1.0 + age / tau))
+        return out
+
+    def _redact(self, text: str) -> str:
+        return redact_exact(text, self._secrets)
 
     def get(
         self,
@@ -451,9 +573,26 @@ class RecallIndex:
 
         def run() -> str:
             self._auto_sync()
-            return expand_citation(self._db, self.workspace, cite, around, private)
+            return self._redact(expand_citation(self._db, self.workspace, cite, around, private))
 
         return self._guard(run)
+
+
+def _kind_of(doc_id: int) -> str:
+    for kind, base in KIND_BASE.items():
+        if base <= doc_id < base + KIND_SPAN:
+            return kind
+    return "session"
+
+
+def _explain(part: Fused) -> dict[str, float | int | None]:
+    return {
+        "bm25": None if part.bm25 is None else round(part.bm25, 6),
+        "bm25_rank": part.bm25_rank,
+        "similarity": None if part.similarity is None else round(part.similarity, 6),
+        "vector_rank": part.vector_rank,
+        "score": round(part.score, 6),
+    }
 
 
 def _is_current(state: FileState | None, st: os.stat_result) -> bool:

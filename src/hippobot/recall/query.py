@@ -327,6 +327,7 @@ class Hit:
     other_session: bool = False
     role: str | None = None
     source: str = ""  # workspace-relative file the hit came from
+    explain: dict[str, float | int | None] | None = None  # score parts, when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,8 +447,10 @@ def load_hits(
     best: list[tuple[int, float]],
     parsed: ParsedQuery,
     session_key: str | None,
+    explain: dict[int, dict[str, float | int | None]] | None = None,
 ) -> list[Hit]:
-    """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation."""
+    """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation
+    (and, when ``explain`` is given, each hit's score parts from it)."""
     if not best:
         return []
     ids = [doc_id for doc_id, _ in best]
@@ -485,6 +488,7 @@ def load_hits(
                 other_session=other,
                 role=role,
                 source=rel,
+                explain=explain.get(doc_id) if explain is not None else None,
             )
         )
     return hits

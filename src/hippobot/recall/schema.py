@@ -14,6 +14,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
+from .embeddings import EMBEDDINGS_TABLE
 from .query import FTS_TABLES
 
 __all__ = [
@@ -52,7 +53,6 @@ CREATE TABLE docs(
     ts REAL, session_key TEXT, role TEXT, origin TEXT);
 CREATE INDEX docs_file ON docs(file_id, num);
 CREATE TABLE texts(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE vectors(id INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
 CREATE VIRTUAL TABLE fts_memory USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
 CREATE VIRTUAL TABLE fts_history USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
 CREATE VIRTUAL TABLE fts_session USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");
@@ -105,6 +105,7 @@ def check_schema(conn: sqlite3.Connection) -> None:
                 *FTS_TABLES.values(),
                 "texts",
                 "vectors",
+                "embeddings",
                 "docs",
                 "files",
                 "meta",
@@ -113,6 +114,9 @@ def check_schema(conn: sqlite3.Connection) -> None:
             for statement in _SCHEMA.split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
+        # Added after schema 1 without a version bump (a bump would re-index everything):
+        # older databases gain the table on open.
+        conn.execute(EMBEDDINGS_TABLE)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -17,7 +17,7 @@ from hippobot.tools.base import Tool
 from .index import RecallIndex
 from .query import Hit, RecallError
 
-__all__ = ["format_hit", "format_hits", "hits_to_json", "recall_tools"]
+__all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
 _MAX_K = 20
 _GET_HINT = "Read more with memory_get(citation)."
@@ -40,6 +40,20 @@ def format_hits(hits: list[Hit]) -> str:
     if not hits:
         return "No matches."
     return "\n".join(format_hit(h) for h in hits)
+
+
+def format_explained(hits: list[Hit]) -> str:
+    """Each hit, then how its score was made (``memory search --explain``)."""
+    lines = []
+    for hit in hits:
+        lines.append(format_hit(hit))
+        parts = hit.explain or {}
+        bm25 = parts.get("bm25")
+        sim = parts.get("similarity")
+        keyword = f"bm25 {bm25:.4f} (#{parts.get('bm25_rank')})" if bm25 is not None else "bm25 -"
+        vector = f"vector {sim:.4f} (#{parts.get('vector_rank')})" if sim is not None else "vector -"
+        lines.append(f"    {keyword}  {vector}  score {hit.score:.6f}")
+    return "\n".join(lines)
 
 
 def hits_to_json(hits: list[Hit]) -> list[dict[str, Any]]:

@@ -2,9 +2,10 @@
 
 An :class:`IndexWriter` lives for one write transaction of
 :meth:`~hippobot.recall.index.RecallIndex.sync`; the caller holds ``BEGIN IMMEDIATE``.
-Invariants: a file's ``files`` row, its ``docs``/``texts`` rows, its FTS rows and (when
-semantic search is on) its vectors are added and removed together; new document ids
-continue after the largest id of their kind's range.
+Invariants: a file's ``files`` row, its ``docs``/``texts`` rows and its FTS rows are added
+and removed together, and removing a document removes its vector; vectors are added later,
+in the background (:mod:`hippobot.recall.embeddings`); new document ids continue after the
+largest id of their kind's range.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import astuple
 from typing import Any
 
-from .embeddings import VectorStore
 from .query import FTS_TABLES, index_text, owner_token
 from .schema import KIND_BASE, KIND_SPAN
 from .sources import (
@@ -44,9 +44,11 @@ __all__ = ["IndexWriter"]
 class IndexWriter:
     """Adds and removes the rows of single files; used inside one write transaction."""
 
-    def __init__(self, db: sqlite3.Connection, vectors: VectorStore | None) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, *, redact: Callable[[str], str] | None = None
+    ) -> None:
         self._db = db
-        self._vectors = vectors
+        self._redact = redact
         self._next_ids: dict[str, int] = {}
 
     def index_file(
@@ -171,16 +173,15 @@ class IndexWriter:
                     doc.origin,
                 )
             )
-            texts.append((next_id, doc.text))
-            fts_rows.append((next_id, index_text(doc.text), owner_token(kind, doc.session_key)))
+            text = self._redact(doc.text) if self._redact is not None else doc.text
+            texts.append((next_id, text))
+            fts_rows.append((next_id, index_text(text), owner_token(kind, doc.session_key)))
             next_id += 1
         self._next_ids[kind] = next_id
         if rows:
             table = FTS_TABLES[kind]
             self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
             self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
-            if self._vectors is not None:
-                self._vectors.add(self._db, texts)
             self._db.executemany(
                 f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
             )
@@ -198,7 +199,7 @@ class IndexWriter:
             ((i, index_text(text), owner_token(state.kind, key)) for i, text, key in rows),
         )
         self._db.executemany("DELETE FROM texts WHERE id=?", ((r[0],) for r in rows))
-        self._db.executemany("DELETE FROM vectors WHERE id=?", ((r[0],) for r in rows))
+        self._db.executemany("DELETE FROM embeddings WHERE id=?", ((r[0],) for r in rows))
         self._db.execute("DELETE FROM docs WHERE file_id=?", (state.id,))
         stats.docs_removed += len(rows)
 

@@ -1,7 +1,8 @@
 """The read-only memory page at ``GET /``: one plain HTML document, no scripts, no build.
 
 It shows what the agent remembers, the way a person would inspect the files: SOUL.md,
-USER.md and memory/MEMORY.md, the history timeline (newest first, entries Dream has not
+USER.md and memory/MEMORY.md, the other files that shape the prompt (AGENTS.md, skills/,
+prompts/), the history timeline (newest first, entries Dream has not
 processed yet marked *pending*), and the memory versions with their diffs. Every piece of
 workspace text is escaped with :func:`html.escape`; nothing on the page can change a file.
 """
@@ -60,6 +61,23 @@ def _files(agent: Agent) -> _Section:
     ):
         parts.append(f"<h3>{escape(name)}</h3>{_pre(read())}")
     return _Section("files", "Memory files", "".join(parts))
+
+
+_SHOWN_ELSEWHERE = {"SOUL.md", "USER.md", "memory/MEMORY.md", "memory/.dream_cursor", ".gitignore"}
+_PROMPT_FILE_CHARS = 20_000
+
+
+def _prompt_files(agent: Agent) -> _Section:
+    """AGENTS.md, skills/ and prompts/: they shape the prompt and are versioned too."""
+    files = {p: d for p, d in agent.git.working_files().items() if p not in _SHOWN_ELSEWHERE}
+    parts = []
+    for rel, data in sorted(files.items()):
+        text = data.decode("utf-8", "replace")
+        if len(text) > _PROMPT_FILE_CHARS:
+            text = text[:_PROMPT_FILE_CHARS] + f"\n[... {len(text) - _PROMPT_FILE_CHARS} more chars]"
+        parts.append(f"<h3>{escape(rel)}</h3>{_pre(text)}")
+    body = "".join(parts) or "<p class=meta>No AGENTS.md, skills or prompts in the workspace.</p>"
+    return _Section("prompt-files", "Prompt files", body)
 
 
 def _entry(entry: HistoryEntry, pending: bool) -> str:
@@ -131,6 +149,7 @@ def render_page(agent: Agent) -> str:
     """The whole page as a string (blocking file and git reads: call from a thread)."""
     sections = [
         _guarded("Memory files", "files", lambda: _files(agent)),
+        _guarded("Prompt files", "prompt-files", lambda: _prompt_files(agent)),
         _guarded("History", "history", lambda: _history(agent)),
         _guarded("Memory versions", "versions", lambda: _versions(agent)),
     ]

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
+from hippobot.safeio import open_regular, read_regular
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
 from hippobot.session.model import Session, normalise_offset, now_iso
@@ -265,7 +266,7 @@ class JsonlSessionStore:
                     return None
         with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
-                handle = path.open("rb")
+                handle = open_regular(path)  # a FIFO or device: an error, never a hang
             except FileNotFoundError:
                 return None
             with handle:
@@ -302,7 +303,7 @@ class JsonlSessionStore:
         path = self.path_for(session.key)
         tracked = self._get_tracked(session)
         try:
-            handle = path.open("rb")
+            handle = open_regular(path)
         except FileNotFoundError:
             if tracked is not None:
                 # We had read this session from its file and the file is gone: it was
@@ -485,7 +486,7 @@ class JsonlSessionStore:
             if legacy:
                 session = read_legacy(path, key)
             else:
-                parsed = parse(path.read_bytes(), at_start=True)
+                parsed = parse(read_regular(path), at_start=True)
                 created = (parsed.header or {}).get("created_at")
                 fallback = _mtime_iso(stat.st_mtime)
                 session = Session(

@@ -13,6 +13,11 @@ consumes exactly one step:
 * ``hang(seconds)``: no answer for ``seconds`` (a client with a shorter timeout gives up;
   a client still waiting then gets a 504).
 
+Embeddings (``POST /v1/embeddings`` over HTTP) are not queued: set
+:attr:`ScriptedModel.embedding` to a function from text to vector (``None`` answers 404),
+:attr:`ScriptedModel.embedding_delay` to make each call slow, and read
+:attr:`ScriptedModel.embedding_inputs` for what was asked.
+
 A call with nothing queued and no :attr:`ScriptedModel.fallback` fails loudly: in-process it
 raises :class:`UnscriptedCallError`; over HTTP it answers 500 and records the problem in
 :attr:`ScriptedModel.errors`, which the pytest fixture turns into a test failure.
@@ -165,6 +170,9 @@ class ScriptedModel:
         self._usage: deque[Usage] = deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self.embedding: Callable[[str], list[float]] | None = None
+        self.embedding_delay: float = 0.0
+        self.embedding_inputs: list[str] = []
 
     # --- scripting ----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -367,6 +368,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw_bytes = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0].rstrip("/")
         api = "anthropic" if path.endswith("/messages") else "openai"
+        if path.endswith("/embeddings"):
+            self._embeddings(raw_bytes)
+            return
         if not path.endswith(("/chat/completions", "/messages")):
             self._json(404, openai_error_body(404, f"no such path {self.path}"))
             return
@@ -378,6 +382,36 @@ class _Handler(BaseHTTPRequestHandler):
         recorded = self._record(api, body)
         plan = self.server.model.take(recorded)
         self._answer(api, plan, body)
+
+    def _embeddings(self, raw: bytes) -> None:
+        model = self.server.model
+        if model.embedding is None:
+            self._json(404, openai_error_body(404, "this scripted model has no embeddings"))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json(400, openai_error_body(400, "request body is not JSON"))
+            return
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        if model.embedding_delay:
+            time.sleep(model.embedding_delay)
+        with model._lock:
+            model.embedding_inputs.extend(texts)
+        data = [
+            {"object": "embedding", "index": i, "embedding": model.embedding(str(t))}
+            for i, t in enumerate(texts)
+        ]
+        self._json(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": str(body.get("model", "")),
+                "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
+            },
+        )
 
     def _record(self, api: str, body: dict[str, Any]) -> RecordedRequest:
         if api == "anthropic":

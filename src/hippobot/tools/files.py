@@ -3,8 +3,10 @@
 Every path goes through a :class:`~hippobot.tools.paths.PathPolicy` first. Writes are
 atomic (temp file in the same directory, fsync, ``os.replace``): a reader, or a crash, sees
 the old file or the new one, never half of either, and a failed write leaves the old file
-untouched and no temp file behind. The tool functions are synchronous; the registry runs
-them in a worker thread.
+untouched and no temp file behind. With ``redact`` given, what is written passes through it
+first (hippobot redacts its configured keys from the files that shape the prompt, so a key
+never reaches memory, its history or a later prompt). The tool functions are synchronous;
+the registry runs them in a worker thread.
 
 Given a ``lock`` (the workspace's per-file lock, see :mod:`hippobot.workspace`), every
 read-modify-write holds the file's lock, so concurrent sessions, Dream and a restore never
@@ -34,7 +36,9 @@ _SIMILAR_LINE_CUTOFF = 0.6
 _SIMILAR_LINE_MAX_LINES = 20_000
 
 
+Redactor = Callable[[Path, str], str]
 FileLock = Callable[[Path], AbstractContextManager[object]]
+_REDACTED_NOTE = " (a secret in it was replaced with [REDACTED])"
 
 
 def _no_lock(path: Path) -> AbstractContextManager[object]:
@@ -42,9 +46,14 @@ def _no_lock(path: Path) -> AbstractContextManager[object]:
 
 
 def file_tools(
-    policy: PathPolicy, *, max_read_chars: int = 50_000, lock: FileLock | None = None
+    policy: PathPolicy,
+    *,
+    max_read_chars: int = 50_000,
+    lock: FileLock | None = None,
+    redact: Redactor | None = None,
 ) -> list[Tool]:
-    """The four file tools, confined by ``policy``; writes hold ``lock(path)``."""
+    """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
+    they write passes through ``redact(path, text)``."""
     file_lock = lock or _no_lock
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
@@ -67,12 +76,14 @@ def file_tools(
         target = policy.resolve(path, for_write=True)
         if target.is_dir():
             raise ToolError(f"{path} is a directory; give a file path")
-        data = content.encode("utf-8")
+        clean = redact(target, content) if redact is not None else content
+        data = clean.encode("utf-8")
         with _holding(file_lock, target, path):
             existed = target.exists()
             _atomic_write(target, data, display=path)
         verb = "Overwrote" if existed else "Created"
-        return f"{verb} {policy.display(target)} ({len(data)} bytes written)"
+        note = _REDACTED_NOTE if clean != content else ""
+        return f"{verb} {policy.display(target)} ({len(data)} bytes written){note}"
 
     def edit_file(path: str, old_text: str, new_text: str, replace_all: bool = False) -> str:
         """Replace an exact piece of text in a file; old_text must match exactly once unless replace_all is true.
@@ -85,7 +96,7 @@ def file_tools(
         """
         target = policy.resolve(path, for_write=True)
         with _holding(file_lock, target, path):
-            return _edit(policy, path, old_text, new_text, replace_all)
+            return _edit(policy, path, old_text, new_text, replace_all, redact)
 
     def list_dir(path: str = ".") -> str:
         """List a directory: subdirectories end with '/', files show their size, symlinks their target.
@@ -160,7 +171,9 @@ def _closest_line(text: str, old: str) -> tuple[int, str] | None:
     return index + 1, lines[index]
 
 
-def _edit(policy: PathPolicy, path: str, old: str, new: str, replace_all: bool) -> str:
+def _edit(
+    policy: PathPolicy, path: str, old: str, new: str, replace_all: bool, redact: Redactor | None
+) -> str:
     target = policy.resolve(path, for_write=True)
     raw = _read_bytes(policy, path, target)
     try:
@@ -174,9 +187,11 @@ def _edit(policy: PathPolicy, path: str, old: str, new: str, replace_all: bool) 
         old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
     count = text.count(old) if replace_all else 1
     updated = apply_edit(text, old, new, replace_all)
-    _atomic_write(target, updated.encode("utf-8"), display=path)
+    clean = redact(target, updated) if redact is not None else updated
+    _atomic_write(target, clean.encode("utf-8"), display=path)
     noun = "replacement" if count == 1 else "replacements"
-    return f"Edited {policy.display(target)}: {count} {noun}"
+    note = _REDACTED_NOTE if clean != updated else ""
+    return f"Edited {policy.display(target)}: {count} {noun}{note}"
 
 
 @contextlib.contextmanager

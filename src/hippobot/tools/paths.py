@@ -14,6 +14,13 @@ refuses with a :class:`~hippobot.errors.ToolError` the model can read. Invariant
   never written.
 * With ``allowed_files`` set, exactly those files and nothing else can be used (Dream may
   touch SOUL.md, USER.md and memory/MEMORY.md only).
+* Nothing is ever written inside a folder named ``.git`` or ``.hippobot``, nor to a file
+  named ``.gitattributes``, at any depth and in any letter case, whether the path names
+  them or a symlink leads there: they hold the memory history, its configuration (filter
+  drivers, hooks) and hippobot's own state, and a write there could make a later git
+  operation run a program.
+* ``hidden_roots`` (hippobot's home, holding ``config.json`` and its keys) can be neither
+  read nor written, except where a root (the workspace) lies inside them.
 
 A check and the later open are two system calls, so a process racing to swap a symlink in
 between is not stopped; the policy guards against the model's mistakes, not a local attacker.
@@ -28,10 +35,25 @@ from pathlib import Path
 
 from hippobot.errors import ToolError
 
-__all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_BYTES", "PathPolicy"]
+__all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_BYTES", "PROTECTED_DIRS", "PathPolicy", "protected_part"]
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
+PROTECTED_DIRS = (".git", ".hippobot")
+PROTECTED_FILES = (".gitattributes",)
+
+
+def protected_part(parts: Sequence[str]) -> str | None:
+    """The first of ``parts`` (path components) that makes a write forbidden, or None.
+
+    Compared case-insensitively and ignoring trailing dots and spaces, because some
+    filesystems treat ``.GIT`` or ``.git.`` as ``.git``.
+    """
+    for part in parts:
+        name = part.rstrip(". ").casefold() if part not in (".", "..") else part
+        if name in PROTECTED_DIRS or name in PROTECTED_FILES:
+            return part
+    return None
 
 
 class PathPolicy:
@@ -45,8 +67,10 @@ class PathPolicy:
         read_only_roots: Sequence[Path] = (),
         restrict: bool = True,
         allowed_files: Iterable[Path] | None = None,
+        hidden_roots: Sequence[Path] = (),
     ) -> None:
         self.root = _real(Path(root).expanduser())
+        self.hidden_roots = tuple(_real(Path(r).expanduser()) for r in hidden_roots)
         self.extra_roots = tuple(_real(Path(r).expanduser()) for r in extra_roots)
         self.read_only_roots = tuple(_real(Path(r).expanduser()) for r in read_only_roots)
         self.restrict = restrict
@@ -79,8 +103,15 @@ class PathPolicy:
                 f"{path}{via} is outside the workspace {self.root}; "
                 "set tools.restrictToWorkspace to false to allow it"
             )
+        if self._hidden(real):
+            raise ToolError(
+                f"{path}{via} is inside hippobot's home, which holds its configuration and "
+                "keys; tools cannot use it"
+            )
         if for_write and self._read_only(real):
             raise ToolError(f"{path}{via} is read-only; write inside the workspace {self.root}")
+        if for_write:
+            self._check_protected(path, via, Path(os.path.normpath(candidate)), real)
         _check_kind(path, real)
         return real
 
@@ -101,6 +132,23 @@ class PathPolicy:
         return self._inside(real, self.read_only_roots) and not self._inside(
             real, self._roots(for_write=True)
         )
+
+    def _hidden(self, real: Path) -> bool:
+        return self._inside(real, self.hidden_roots) and not self._inside(
+            real, self._roots(for_write=False)
+        )
+
+    def _check_protected(self, path: str, via: str, lexical: Path, real: Path) -> None:
+        """Refuse a write into ``.git``/``.hippobot`` or to ``.gitattributes`` (module doc)."""
+        for candidate in (lexical, real):
+            base = next((r for r in self._roots(for_write=True) if self._inside(candidate, (r,))), None)
+            parts = candidate.relative_to(base).parts if base else candidate.parts
+            hit = protected_part(parts)
+            if hit is not None:
+                raise ToolError(
+                    f"{path}{via}: file tools never write {hit} (it holds version history, "
+                    "git settings or hippobot's own state, and could make git run programs)"
+                )
 
     @staticmethod
     def _inside(real: Path, roots: Iterable[Path]) -> bool:

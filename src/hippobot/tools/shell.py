@@ -4,13 +4,19 @@ Invariants:
 
 * The command runs in a new session (its own process group) with stdin from /dev/null, so
   it cannot read the user's terminal, and a timeout or a cancelled turn kills the *whole*
-  group (SIGTERM, then SIGKILL), children and background jobs included.
+  group (SIGTERM, then SIGKILL), children and background jobs included. Processes that
+  left the group (``setsid``, ``nohup ... &`` under a subshell) are found by a tag in their
+  environment and killed too; in a sandbox, the PID namespace ends them all anyway.
+* With a :class:`~hippobot.tools.sandbox.Sandbox`, the shell runs inside bubblewrap:
+  workspace writable, everything else read-only, hippobot's home and processes out of
+  sight (see that module).
 * Output is captured in bounded memory (a head and a tail per stream), however much the
   command prints, and returned capped to ``max_output_chars``.
 * The child's environment never contains provider credentials or anything that looks like
   a secret (:func:`scrub_env`).
-* The deny-list stops well-known destructive commands typed by mistake; it is a seat belt,
-  not a sandbox, and does not try to defeat deliberate obfuscation.
+* The deny-list stops well-known destructive commands (wiping the home directory from the
+  workspace, ``find / -delete``, ``kill -9 -1``, piping a download into a shell); it is a
+  seat belt, not a sandbox, and does not try to defeat deliberate obfuscation.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +35,7 @@ from pathlib import Path
 
 from hippobot.errors import ToolError
 from hippobot.tools.base import Tool, ToolResult
+from hippobot.tools.sandbox import Sandbox
 
 __all__ = [
     "DEFAULT_DENY_PATTERNS",
@@ -44,6 +52,7 @@ MAX_EXEC_TIMEOUT = 600.0  # the most the model may ask for, unless the configure
 _TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 _DRAIN_GRACE = 1.0  # seconds to wait for pipes to close after the shell exited
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+RUN_TAG = "HIPPOBOT_EXEC_ID"  # set in every command's environment, to find its processes
 
 _SECRET_MARKERS = ("API_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PRIVATE_KEY")
 _SECRET_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_", "OPENROUTER_", "DEEPSEEK_")
@@ -81,15 +90,48 @@ _ROOT_TARGET = (
     r"""/?\*?["']?(?=\s|$|[;&|)])"""
 )
 _RECURSIVE = r"(?=" + _ARGS + r"\s(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)(?:\s|$))"
+_END = r"""["']?(?=\s|$|[;&|)])"""
+# Only parent-directory steps: "..", "../..", "../../*" (from the workspace, that is home).
+_UP_TARGET = r"""\s["']?\.\.(?:/\.\.)*/?\*?""" + _END
+# Everything in the current directory.
+_HERE_TARGET = r"""\s["']?(?:\*|\.|\./|\./\*|\.\*)""" + _END
+# A cd to /, a system directory, home or a parent, then (later on the line) a command.
+_CD_ROOT = (
+    r"""\bcd\s+["']?(?:/(?:bin|boot|dev|etc|home|lib|lib64|opt|root|sbin|srv|usr|var)?/?|~/?"""
+    r"""|\$HOME/?|\$\{HOME\}/?|\.\.(?:/\.\.)*/?)["']?\s*(?:&&|;|\n|\|\|)"""
+)
+_WIDE_TARGET = r"(?:" + _ROOT_TARGET + r"|" + _UP_TARGET + r")"
+_DOWNLOAD = r"\b(?:curl|wget|fetch)\b"
+_INTERPRETER = (
+    r"(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+(?:\w+=\S*\s+)*)?(?:\S*/)?"
+    r"(?:(?:ba|z|da|k|fi|c|tc)?sh|python[0-9.]*|perl|ruby|node|php)\b"
+)
 _BLOCK_DEVICE = (
     r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|loop\d|md\d|dm-\d|mapper/)"
 )
 
 DEFAULT_DENY_RULES: tuple[DenyRule, ...] = (
     DenyRule(
-        r"\brm\b" + _RECURSIVE + _ARGS + _ROOT_TARGET,
-        "recursive rm of /, a system directory or the home directory",
+        r"\brm\b" + _RECURSIVE + _ARGS + _WIDE_TARGET,
+        "recursive rm of /, a system directory, the home directory or a parent directory",
     ),
+    DenyRule(
+        _CD_ROOT + r"[\s\S]*\brm\b" + _RECURSIVE + _ARGS + _HERE_TARGET,
+        "recursive rm of everything after changing to /, home or a parent directory",
+    ),
+    DenyRule(
+        r"\bfind\b" + _ARGS + _WIDE_TARGET + _ARGS + r"\s-(?:delete\b|exec(?:dir)?\s+rm\b)",
+        "find deleting files under /, a system directory, home or a parent directory",
+    ),
+    DenyRule(
+        _CD_ROOT + r"[\s\S]*\bfind\b" + _ARGS + r"\s-(?:delete\b|exec(?:dir)?\s+rm\b)",
+        "find deleting files after changing to /, home or a parent directory",
+    ),
+    DenyRule(
+        _CMD + r"(?:\S*/)?kill\b" + _ARGS + r"\s(?:--\s+)?-?1(?=\s*(?:$|[;&|)]))",
+        "signalling every process (kill -1) or init (kill 1)",
+    ),
+    DenyRule(_CMD + r"(?:\S*/)?killall5\b", "signalling every process (killall5)"),
     DenyRule(r"\bmk(?:e2)?fs(?:\.\w+)?\b", "creating a filesystem (mkfs)"),
     DenyRule(
         r"\bdd\b" + _ARGS + r"\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b)", "dd onto a device"
@@ -127,8 +169,13 @@ DEFAULT_DENY_RULES: tuple[DenyRule, ...] = (
         "force-pushing to main/master",
     ),
     DenyRule(
-        r"\b(?:curl|wget)\b[^;&\n]*\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b",
+        _DOWNLOAD + r"[^;&\n]*\|\s*" + _INTERPRETER,
         "piping a download straight into a shell (save it to a file and read it first)",
+    ),
+    DenyRule(
+        r"(?:\b(?:ba|z|da|k)?sh|\bsource|(?:^|[;&|(\s])\.|\beval|\bpython[0-9.]*|\bperl)"
+        r"\s[^;&|\n]*(?:<\(|\$\(|`)\s*" + _DOWNLOAD,
+        "running a download straight in a shell (save it to a file and read it first)",
     ),
 )
 DEFAULT_DENY_PATTERNS: tuple[str, ...] = tuple(r.pattern for r in DEFAULT_DENY_RULES)
@@ -225,10 +272,12 @@ def exec_tool(
     max_output_chars: int = 16_000,
     deny_patterns: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Tool:
     """The ``exec`` tool. ``deny_patterns`` replaces the default deny-list (pass
     ``[*DEFAULT_DENY_PATTERNS, ...]`` to extend it); ``env`` defaults to this process's
-    environment, scrubbed of secrets either way."""
+    environment, scrubbed of secrets either way; ``sandbox`` (default: none) says where
+    commands run."""
     rules = _compile_rules(deny_patterns)
     child_env = scrub_env(os.environ if env is None else env)
     ceiling = max(timeout, MAX_EXEC_TIMEOUT)
@@ -246,9 +295,11 @@ def exec_tool(
                 "intended, ask the user to run it themselves."
             )
         seconds = min(float(timeout), ceiling) if timeout is not None else default_timeout
+        prefix = await sandbox.prefix(Path(cwd), child_env) if sandbox is not None else []
         return await _run(
-            command, cwd=Path(cwd), timeout=seconds, env=child_env, cap=max_output_chars
-        )
+            command, cwd=Path(cwd), timeout=seconds, env=child_env, cap=max_output_chars,
+            prefix=prefix,
+        )  # fmt: skip
 
     exec_.__doc__ = f"""Run a shell command (bash -c) in the workspace and return its output and exit code.
 
@@ -265,18 +316,25 @@ def _shell(env: Mapping[str, str]) -> str:
 
 
 async def _run(
-    command: str, *, cwd: Path, timeout: float, env: Mapping[str, str], cap: int
+    command: str,
+    *,
+    cwd: Path,
+    timeout: float,
+    env: Mapping[str, str],
+    cap: int,
+    prefix: Sequence[str] = (),
 ) -> ToolResult:
     if not cwd.is_dir():
         raise ToolError(f"the working directory {cwd} does not exist")
     loop = asyncio.get_running_loop()
+    tag = uuid.uuid4().hex
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            _shell(env), "-c", command,
+            *prefix, _shell(env), "-c", command,
             stdin=asyncio.subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-            cwd=cwd, env=dict(env), start_new_session=True,
+            cwd=cwd, env={**env, RUN_TAG: tag}, start_new_session=True,
         )  # fmt: skip
     except OSError as exc:
         os.close(out_r)
@@ -299,6 +357,7 @@ async def _run(
         except TimeoutError:
             timed_out = True
             await _kill_group(proc)
+            await asyncio.to_thread(_kill_tagged, tag)
         try:
             await asyncio.wait_for(asyncio.gather(out_p.closed, err_p.closed), _DRAIN_GRACE)
         except TimeoutError:
@@ -306,6 +365,7 @@ async def _run(
     finally:
         if proc.returncode is None:  # cancelled mid-run: leave nothing behind
             _signal_group(proc.pid, signal.SIGKILL)
+            _kill_tagged(tag)  # a few /proc reads; must finish even while cancelled
         for transport in transports:
             transport.close()  # also closes its pipe
         for pipe, _ in pipes[len(transports) :]:
@@ -351,6 +411,32 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
         await asyncio.wait_for(proc.wait(), _TERM_GRACE)
     _signal_group(proc.pid, signal.SIGKILL)
     await proc.wait()
+
+
+def _kill_tagged(tag: str) -> None:
+    """SIGKILL every process whose environment carries this run's tag (Linux /proc).
+
+    Finds what left the process group (``setsid``) and was orphaned; a process that
+    cleared its environment is not found (the sandbox's PID namespace covers that).
+    """
+    needle = f"{RUN_TAG}={tag}".encode()
+    for _ in range(3):  # a process may fork while we look
+        found = False
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                        environ = fh.read()
+                except OSError:
+                    continue
+                if needle in environ.split(b"\0"):
+                    found = True
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(entry.name), signal.SIGKILL)
+        if not found:
+            return
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -1,0 +1,69 @@
+"""A model that writes the API key into memory files: the key never reaches the git
+history, the recall index, ``memory search`` output or a later prompt."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from hippobot.testing.cli import run_cli
+
+from .conftest import API_KEY, KEY, every_file_bytes, tool_results
+
+B64 = base64.b64encode(API_KEY.encode()).decode()
+B64_ECHO = base64.b64encode(API_KEY.encode() + b"\n").decode()  # `echo $KEY | base64`
+HEX = API_KEY.encode().hex()
+FORMS = (API_KEY, B64, B64_ECHO, HEX)
+
+
+def _leaks(data: bytes | str) -> list[str]:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [form for form in FORMS if form in text]
+
+
+async def test_keys_written_into_memory_files_never_persist(make_agent, scripted_model):
+    agent = make_agent(exec={"sandbox": "none"})
+    ws = agent.workspace
+    scripted_model.reply_tool_calls(
+        [
+            ("write_file", {"path": "memory/MEMORY.md", "content": f"- zebra key is {API_KEY}\n"}),
+            ("edit_file", {"path": "USER.md", "old_text": "#", "new_text": f"# b64 {B64} #",
+                           "replace_all": False}),
+            ("write_file", {"path": "skills/keys/SKILL.md",
+                            "content": f"---\nname: keys\ndescription: zebra {HEX}\n---\n"}),
+            # Behind the file tools' back: only the commit can catch this one.
+            ("exec", {"command": f"echo 'zebra echo {B64_ECHO}' >> SOUL.md"}),
+        ]
+    )
+    scripted_model.reply("Remembered.")
+    await agent.turn(KEY, "remember the zebra key")
+    results = tool_results(agent)
+    assert "[REDACTED]" in results[0] and "[REDACTED]" in results[2]
+    for name in ("memory/MEMORY.md", "USER.md", "SOUL.md", "skills/keys/SKILL.md"):
+        text = (ws / name).read_text()
+        assert "zebra" in text or "b64" in text, name
+        assert not _leaks(text), f"{name} still holds the key"
+    assert not _leaks(every_file_bytes(ws / ".git")), "the key is in the memory history"
+    assert "memory/MEMORY.md" in agent.git.log()[0].files
+
+    # The next turn's prompt carries the memory files, without the key.
+    scripted_model.reply("Hello again.")
+    await agent.turn(KEY, "hi")
+    system = json.dumps(scripted_model.requests[-1].messages[0])
+    assert "zebra" in system and not _leaks(system)
+
+    # Search over the index, as the user runs it.
+    home = agent.settings.home
+    done = run_cli(["memory", "search", "zebra"], home, HIPPOBOT_API_KEY=API_KEY)
+    assert done.returncode == 0, done.stderr
+    assert "zebra" in done.stdout and not _leaks(done.stdout)
+    assert not _leaks(every_file_bytes(ws / ".hippobot")), "the key is in the recall index"
+
+
+def test_redact_exact_covers_simple_encodings():
+    from hippobot.redact import REDACTED, redact_exact
+
+    text = f"a {API_KEY} b {B64} c {B64.rstrip('=')} d {B64_ECHO} e {HEX} f {HEX.upper()}"
+    out = redact_exact(text, [API_KEY])
+    assert not _leaks(out) and HEX.upper() not in out
+    assert out.count(REDACTED) == 6 and out.startswith("a [REDACTED] b ")
