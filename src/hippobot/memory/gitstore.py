@@ -30,7 +30,7 @@ import tempfile
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,6 +60,7 @@ from hippobot.memory.gitdiff import (
     dream_message,
     summarize,
 )
+from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
 
 __all__ = [
@@ -89,6 +90,7 @@ DEFAULT_TRACKED: tuple[str, ...] = (
     "USER.md",
     "memory/MEMORY.md",
     "memory/.dream_cursor",
+    LEDGER_PATH,
 )
 CURSOR_PATH = "memory/.dream_cursor"
 GITIGNORE = ".gitignore"
@@ -173,6 +175,7 @@ class RevertResult:
     new_sha: str | None
     files: tuple[str, ...]
     manual_sha: str | None = None  # the "manual: edits before restore" commit, if any
+    forgotten: tuple[RevertedLine, ...] = ()  # lines taken out, now in the ledger
 
 
 # --- the store ----------------------------------------------------------------------
@@ -412,24 +415,39 @@ class GitStore:
         if merged != existing:
             _atomic_write(path, merged.encode("utf-8", "surrogateescape"))
 
-    def commit(self, message: str) -> str | None:
-        """Commit the store paths as they are on disk; the new sha, or None if unchanged."""
-        with self._locked(), self._open() as repo:
-            return self._commit(repo, message)
+    def commit(self, message: str, contents: Mapping[str, bytes | None] | None = None) -> str | None:
+        """Commit the store paths as they are on disk; the new sha, or None if unchanged.
 
-    def _worktree(self, repo: Repo, head: bytes | None) -> Snapshot:
+        ``contents`` replaces what is read from disk for some store paths (``None`` =
+        absent): a caller that knows a file's earlier state commits that instead.
+        """
+        with self._locked(), self._open() as repo:
+            return self._commit(repo, message, contents)
+
+    def _worktree(
+        self, repo: Repo, head: bytes | None, contents: Mapping[str, bytes | None] | None = None
+    ) -> Snapshot:
         """HEAD's tree with every store path replaced by its file (absent = deleted)."""
         snap = _load(repo, _tree_ids(repo, repo[head].tree if head else None))
         for rel in self.store_paths:
+            if contents is not None and rel in contents:
+                data = contents[rel]
+                if data is None:
+                    snap.pop(rel, None)
+                else:
+                    snap[rel] = data
+                continue
             try:
                 snap[rel] = (self.workspace / rel).read_bytes()
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 snap.pop(rel, None)
         return snap
 
-    def _commit(self, repo: Repo, message: str) -> str | None:
+    def _commit(
+        self, repo: Repo, message: str, contents: Mapping[str, bytes | None] | None = None
+    ) -> str | None:
         head = _head_sha(repo)
-        snap = self._worktree(repo, head)
+        snap = self._worktree(repo, head, contents)
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
@@ -561,13 +579,18 @@ class GitStore:
 
     # -- undo ---------------------------------------------------------------------
 
-    def revert(self, sha_prefix: str, *, message: str | None = None) -> RevertResult:
+    def revert(
+        self, sha_prefix: str, *, message: str | None = None, after_cursor: int = 0
+    ) -> RevertResult:
         """Undo exactly one commit as a new commit, keeping every later change.
 
         Per file changed by the commit: three-way merge of base = the commit's version,
         ours = the working file, theirs = the parent's version. Any conflict raises
         RevertConflict before anything is written or committed. ``memory/.dream_cursor``
-        never conflicts: it is set to its value in the commit's parent. Uncommitted
+        is left alone: what was undone stays undone, so Dream must not read the same
+        history again. Each line the undo takes out of a memory file is appended to the
+        ledger (``memory/reverted.jsonl``, with ``after_cursor`` = the last history
+        cursor now) in the same commit, so Dream can leave it out later. Uncommitted
         edits are first committed as ``manual: edits before restore``.
         """
         with self._locked(), self._open() as repo:
@@ -580,7 +603,9 @@ class GitStore:
             base = _load(repo, _tree_ids(repo, commit.tree))
             theirs = _load(repo, _tree_ids(repo, repo[commit.parents[0]].tree))
             ours = self._worktree(repo, head)
-            changed = [p for p in self.store_paths if base.get(p) != theirs.get(p)]
+            changed = [
+                p for p in self.store_paths if p != CURSOR_PATH and base.get(p) != theirs.get(p)
+            ]
             merged, conflicts = {}, []
             for path in changed:
                 result = self._merge_file(path, base.get(path), ours.get(path), theirs.get(path))
@@ -593,6 +618,10 @@ class GitStore:
             writes = {p: v for p, v in merged.items() if v != ours.get(p)}
             if not writes:
                 return RevertResult(target.decode("ascii"), None, ())
+            forgotten = self._forgotten(target.decode("ascii"), base, theirs, writes, after_cursor)
+            if forgotten:
+                ledger = writes.get(LEDGER_PATH, ours.get(LEDGER_PATH))
+                writes[LEDGER_PATH] = serialize(ledger, forgotten)
             manual = self._commit(repo, MANUAL_MESSAGE)
             self._apply_writes(writes)
             summary = summarize(
@@ -602,7 +631,26 @@ class GitStore:
             )
             subject = message or f"restore: undo {short}"
             new_sha = self._commit(repo, f"{subject}\n\n{summary.stats()}")
-            return RevertResult(target.decode("ascii"), new_sha, tuple(writes), manual)
+            files = tuple(p for p in writes if p != LEDGER_PATH or LEDGER_PATH in merged)
+            return RevertResult(target.decode("ascii"), new_sha, files, manual, tuple(forgotten))
+
+    @staticmethod
+    def _forgotten(
+        sha: str, base: Snapshot, theirs: Snapshot, writes: Mapping[str, bytes | None], after: int
+    ) -> list[RevertedLine]:
+        """Lines the undone commit added that the undo takes out of the memory files."""
+        when = datetime.now().strftime("%Y-%m-%d %H:%M")
+        out: list[RevertedLine] = []
+        for path, data in writes.items():
+            if path in (CURSOR_PATH, GITIGNORE, LEDGER_PATH):
+                continue
+            decode = lambda b: (b or b"").decode("utf-8", "replace")  # noqa: E731
+            before, added, now = decode(theirs.get(path)), decode(base.get(path)), decode(data)
+            old, kept = set(content_lines(before)), set(content_lines(now))
+            for line in dict.fromkeys(content_lines(added)):
+                if line not in old and line not in kept:
+                    out.append(RevertedLine(path, line.strip(), when, after, sha))
+        return out
 
     @staticmethod
     def _merge_file(
@@ -616,10 +664,7 @@ class GitStore:
         merged = None
         if None not in (base, ours, theirs):
             merged = merge3(base, ours, theirs)  # type: ignore[type-var]
-        if merged is not None:
-            return merged
-        # Later Dream runs moved the cursor: it follows the restored state.
-        return theirs if path == CURSOR_PATH else False
+        return merged if merged is not None else False
 
     def _apply_writes(self, writes: dict[str, bytes | None]) -> None:
         for rel, data in writes.items():
