@@ -165,7 +165,7 @@ class Agent:
     def versioning_state(self) -> str:
         git = self.git
         if not git.initialized:
-            return "off (not initialised: run `hippobot onboard`)"
+            return "none yet (the first Dream or memory edit starts the history)"
         if not git.available:
             return f"off ({git.broken_reason})"
         return f"on ({len(git.log(limit=1000))} versions)"
@@ -338,6 +338,7 @@ class Agent:
                 (stored,) = await self.sessions.append(session, msg)
                 return stored
 
+            before = await asyncio.to_thread(self._memory_snapshot)
             try:
                 result = await runner.run(messages, persist, on_event)
             except ProviderError as exc:  # an endpoint may echo the key it rejected
@@ -352,8 +353,9 @@ class Agent:
                     "replay_start": session.replay_start,
                 }
             await self.sessions.save_meta(session)
-        if any(m.get("name") in ("write_file", "edit_file") for m in result.messages):
-            await asyncio.to_thread(self._commit_memory_edits, key)
+        written = self._written_paths(result.messages)
+        if written:
+            await asyncio.to_thread(self._commit_memory_edits, key, before, written)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
 
@@ -407,14 +409,65 @@ class Agent:
                 on_event(Notice("archiving older messages to make room…"))
             await self.consolidator.consolidate(session)
 
-    def _commit_memory_edits(self, key: str) -> None:
-        """Active memory: an edit the model made to a memory file is versioned at once."""
-        git = self.git
-        if git.initialized and git.available:
+    def _memory_snapshot(self) -> dict[str, bytes | None]:
+        """The versioned memory files as they are before a turn's tools run."""
+        out: dict[str, bytes | None] = {}
+        for rel in self.git.store_paths:
             try:
-                git.commit(f"memory: edited in chat ({key})")
-            except Exception as exc:  # versioning must never break a chat
-                log.warning("could not version the memory edit: %s", exc)
+                out[rel] = (self.workspace / rel).read_bytes()
+            except OSError:
+                out[rel] = None
+        return out
+
+    def _written_paths(self, messages: Sequence[Message]) -> set[Path]:
+        """Files that a *successful* write_file/edit_file call of this turn wrote."""
+        calls: dict[str, str] = {}
+        for m in messages:
+            for call in m.get("tool_calls") or ():
+                function = call.get("function") or {}
+                if function.get("name") in ("write_file", "edit_file"):
+                    try:
+                        path = json.loads(function.get("arguments") or "{}").get("path")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(path, str) and path:
+                        calls[str(call.get("id"))] = path
+        root = self.project or self.workspace
+        written = set()
+        for m in messages:
+            path = calls.get(str(m.get("tool_call_id"))) if m.get("role") == "tool" else None
+            content = m.get("content")
+            if path is None or (isinstance(content, str) and content.startswith("Error")):
+                continue
+            try:
+                written.add((root / Path(path).expanduser()).resolve())
+            except (OSError, RuntimeError, ValueError):
+                continue
+        return written
+
+    def _commit_memory_edits(
+        self, key: str, before: dict[str, bytes | None], written: set[Path]
+    ) -> None:
+        """Active memory: what the model's successful edits changed is versioned at once, and
+        only that. A hand edit not yet committed is committed first, on its own, as
+        ``manual: edits before chat``, so undoing the chat commit never touches it."""
+        from hippobot.lifecycle.versions import ensure_history
+
+        git = self.git
+        try:
+            ensure_history(git)
+            if not git.available:
+                return
+            by_path = {(self.workspace / rel).resolve(): rel for rel in git.tracked}
+            touched = {by_path[p] for p in written if p in by_path}
+            now = self._memory_snapshot()
+            touched = {rel for rel in touched if now.get(rel) != before.get(rel)}
+            if not touched:
+                return
+            git.commit("manual: edits before chat", contents={rel: before[rel] for rel in touched})
+            git.commit(f"memory: edited in chat ({key})")  # the manual commit holds the rest
+        except Exception as exc:  # versioning must never break a chat
+            log.warning("could not version the memory edit: %s", exc)
 
     def _after_turn(self, session: Session) -> None:
         if self.budget.enabled and self.consolidator.estimate(session) >= self.budget.trigger:

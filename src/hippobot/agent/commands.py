@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "CommandRouter"]
 
-_COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S)
+_COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S | re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class CommandRouter:
         m = _COMMAND.match(text.strip())
         if m is None:
             return None
-        name, arg = m.group(1), (m.group(2) or "").strip()
+        name, arg = m.group(1).lower(), (m.group(2) or "").strip()  # /NEW is /new
         if name not in _NAMES:
             return f"Unknown command /{name}. Type /help to see the commands."
         return await self._handlers[name](key, arg)

@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -89,17 +89,30 @@ def _root(
 
 
 @app.command()
-def onboard(workspace: WorkspaceOpt = None) -> None:
-    """Create ~/.hippobot with a commented config.json and the workspace templates."""
+def onboard(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """Create ~/.hippobot with a commented config.json and the workspace templates.
+
+    With -w DIR, DIR becomes the default workspace (recorded in config.json).
+    """
     from hippobot.cli.onboard import onboard as do_onboard
 
     settings = _settings(workspace)
-    result = do_onboard(settings)
+    result = do_onboard(settings, record=workspace is not None)
+    if json_out:
+        _print_json({
+            "workspace": str(settings.workspace), "config": str(settings.config_path),
+            "created": [str(p) for p in result.created], "kept": [str(p) for p in result.kept],
+            "versioning": result.versioning, "recorded": result.recorded or None,
+            "model_configured": settings.model_configured(),
+        })
+        return
     for path in result.created:
         sys.stdout.write(f"created  {path}\n")
     for path in result.kept:
         sys.stdout.write(f"kept     {path}\n")
     sys.stdout.write(f"{result.versioning}\n")
+    if result.recorded:
+        sys.stdout.write(f"{result.recorded}\n")
     if not settings.model_configured():
         sys.stdout.write(
             f"\nNext: put your provider in {settings.config_path} (or set HIPPOBOT_MODEL and "
@@ -165,16 +178,32 @@ def context(
 def dream(
     workspace: WorkspaceOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now."""
+    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
+
+    Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
+    running, with the reason on stderr.
+    """
+    from hippobot.lifecycle.versions import SHELL_HINTS
+
     settings = _settings(workspace)
     bot = _agent(settings)
 
-    async def run() -> str:
-        result = await bot.dream.run(dry_run=dry_run)
-        return result.describe()
+    async def run() -> Any:
+        try:
+            return await bot.dream.run(dry_run=dry_run)
+        finally:
+            await bot.aclose(timeout=5.0)
 
-    sys.stdout.write(asyncio.run(run()) + "\n")
+    result = asyncio.run(run())
+    if json_out:
+        _print_json(result.to_dict())
+    elif result.ok:
+        sys.stdout.write(result.describe(SHELL_HINTS) + "\n")
+    if not result.ok:
+        sys.stderr.write(f"error: {result.describe(SHELL_HINTS)}\n")
+        raise typer.Exit(1)
 
 
 @app.command()

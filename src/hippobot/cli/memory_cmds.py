@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -49,8 +50,12 @@ def history(
     dream_cursor = store.dream_cursor()
     for e in entries:
         mark = "*" if e.cursor > dream_cursor else " "
-        src = f" {e.source.session}#{e.source.start}-{e.source.end - 1}" if e.source else ""
-        sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({e.session_key or '-'}{src})\n")
+        where = e.session_key or "-"
+        if e.source:  # the messages it summarises; their session is named once
+            span = f"#{e.source.start}-{e.source.end - 1}"
+            same = e.source.session == e.session_key or not e.session_key
+            where = f"{e.source.session}{span}" if same else f"{where}, {e.source.session}{span}"
+        sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({where})\n")
         for line in e.content.splitlines():
             sys.stdout.write(f"    {line}\n")
     sys.stdout.write("(* = waiting for Dream)\n")
@@ -76,11 +81,14 @@ def search(
 
 
 @memory_app.command("reindex")
-def reindex(workspace: WorkspaceOpt = None) -> None:
+def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Rebuild the search index from the files (it is derived state)."""
     from hippobot.recall.index import RecallIndex
 
     stats = RecallIndex(_settings(workspace).workspace, auto_sync=False).rebuild()
+    if json_out:
+        _print_json(asdict(stats))
+        return
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
 
 
@@ -88,20 +96,41 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
 def log(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
     workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show a memory version as a diff (the latest Dream change by default)."""
-    from hippobot.lifecycle.versions import describe_log
+    from hippobot.lifecycle.versions import SHELL_HINTS, commit_json, format_log, log_data
 
-    sys.stdout.write(describe_log(_agent(_settings(workspace)), sha) + "\n")
+    commit = log_data(_agent(_settings(workspace)), sha)
+    if json_out:
+        _print_json(commit_json(commit) if commit else None)
+        return
+    sys.stdout.write(format_log(commit, SHELL_HINTS) + "\n")
 
 
 @memory_app.command("restore")
 def restore(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix) to undo; omit to list versions.")] = None,
     workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Undo exactly one memory change as a new commit, keeping later edits."""
-    from hippobot.lifecycle.versions import describe_restore, list_versions
+    """Undo exactly one memory change as a new commit, keeping later edits.
+
+    The lines it takes out are remembered in memory/reverted.jsonl, so Dream does not add them
+    again unless a later conversation states them.
+    """
+    from hippobot.lifecycle import versions
 
     bot = _agent(_settings(workspace))
-    sys.stdout.write((describe_restore(bot, sha) if sha else list_versions(bot)) + "\n")
+    if sha is None:
+        found = versions.versions_data(bot)
+        if json_out:
+            _print_json([versions.commit_json(v) for v in found])
+        else:
+            sys.stdout.write(versions.format_versions(found, versions.SHELL_HINTS) + "\n")
+        return
+    result = versions.restore_data(bot, sha)
+    if json_out:
+        _print_json(versions.restore_json(result))
+    else:
+        sys.stdout.write(versions.format_restore(result, sha) + "\n")

@@ -7,6 +7,8 @@ A run processes the entries after ``.dream_cursor`` in batches until none is lef
 2. **Edit** — the model applies the findings with ``read_file``/``edit_file`` restricted to the
    three files. Edits go to *staged copies* under ``.hippobot/dream/staged``, never to the live
    files.
+   Lines the user reverted (``memory/reverted.jsonl``) are shown to the analysis and then
+   taken out of the staged copies again unless an entry newer than the undo restates them.
 3. **Apply** — a manifest is written (the commit point), then the staged files replace the live
    ones (three-way merged with any edit the user made meanwhile), the cursor moves and one git
    commit records the run. A run killed before the manifest leaves the live files untouched and
@@ -33,7 +35,9 @@ import filelock
 
 from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
+from hippobot.lifecycle.versions import CHAT_HINTS, Hints
 from hippobot.memory.history import HistoryEntry
+from hippobot.memory.ledger import RevertedLine, RevertLedger, content_lines, restates
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
@@ -51,6 +55,7 @@ _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOV
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
 _GUIDE_CAP = 32_000
+_LEDGER_SHOWN = 50  # newest reverted lines shown to the analysis
 
 
 def parse_findings(text: str) -> tuple[list[str], bool]:
@@ -76,8 +81,21 @@ class DreamResult:
     commit: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
 
-    def describe(self) -> str:
+    @property
+    def ok(self) -> bool:
+        """False when the run could not do its work (scripts get a non-zero exit)."""
+        return self.status not in ("failed", "stopped", "busy")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "status": self.status, "entries": self.entries, "batches": self.batches,
+            "findings": list(self.findings), "files": list(self.files), "commit": self.commit,
+            "error": self.error, "seconds": round(self.seconds, 3), "withheld": list(self.withheld),
+        }
+
+    def describe(self, hints: Hints = CHAT_HINTS) -> str:
         took = f" in {self.seconds:.1f}s"
         if self.status == "nothing":
             return (
@@ -96,9 +114,13 @@ class DreamResult:
         if not self.files:
             return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes."
         sha = f" (commit {self.commit[:8]})" if self.commit else ""
+        undo = f" {hints.restore} {self.commit[:8]}" if self.commit else f" {hints.restore}"
+        kept_out = (
+            f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
+        )
         return (
             f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
-            f"updated {', '.join(self.files)}{sha}. See /dream-log; undo with /dream-restore."
+            f"updated {', '.join(self.files)}{sha}.{kept_out} See {hints.log}; undo with{undo}."
         )
 
 
@@ -190,17 +212,18 @@ class Dream:
                 result.entries += len(batch)
                 result.batches += 1
                 last_done = batch[-1].cursor
-        except _OverBudget as exc:
-            log.warning("Dream stopped: %s; the rest stays pending", exc)
+        except _OverBudget as exc:  # the caller reports it (CLI: stderr, schedule: a warning)
+            log.info("Dream stopped: %s; the rest stays pending", exc)
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
             reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
-            log.warning("Dream failed: %s; the entries stay pending", reason)
+            log.info("Dream failed: %s; the entries stay pending", reason)
             result.status, result.error = "failed", reason
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
             return result
         if last_done is not None:
+            result.withheld = self._honour_reverts(pending[: result.entries])
             result.files, result.commit = self._apply(last_done)
         else:
             shutil.rmtree(self.staged, ignore_errors=True)
@@ -237,6 +260,7 @@ class Dream:
             "dream_phase1.md", guide=self.guide()[0], soul=self._show(files["SOUL.md"]),
             user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
             first=batch[0].cursor, last=batch[-1].cursor, history=history,
+            reverted=self._reverted_text(RevertLedger(self.workspace).read()),
         )
         request = ChatRequest(
             model=self._model(), messages=[{"role": "user", "content": prompt}],
@@ -251,6 +275,46 @@ class Dream:
                 "nothing to do", batch[0].cursor, batch[-1].cursor,
             )
         return findings
+
+    @staticmethod
+    def _reverted_text(ledger: Sequence[RevertedLine]) -> str:
+        if not ledger:
+            return "(none)"
+        return "\n".join(
+            f"- {e.file}, undone {e.reverted_at} (after entry #{e.after_cursor}): {e.text}"
+            for e in ledger[-_LEDGER_SHOWN:]
+        )
+
+    def _honour_reverts(self, entries: Sequence[HistoryEntry]) -> list[str]:
+        """Take back out of the staged files each line the user reverted that this run added
+        again, unless one of ``entries`` newer than the undo states it again."""
+        ledger = RevertLedger(self.workspace).read()
+        if not ledger:
+            return []
+        withheld: list[str] = []
+        for name in MEMORY_FILES:
+            staged, base = self.staged / name, self.state / "base" / name
+            if not staged.exists():
+                continue
+            new = staged.read_text(encoding="utf-8", errors="replace")
+            old = base.read_text(encoding="utf-8", errors="replace") if base.exists() else ""
+            before = set(content_lines(old))
+            drop = set()
+            for line in content_lines(new):
+                if line in before:
+                    continue
+                hit = RevertLedger.matching(ledger, line)
+                if hit is None or any(
+                    e.cursor > hit.after_cursor and restates(e.content, hit.text) for e in entries
+                ):
+                    continue
+                drop.add(line)
+                withheld.append(f"{name}: {line.strip()}")
+                log.info("Dream re-added %r, which the user reverted; leaving it out", line)
+            if drop:
+                kept = [ln for ln in new.splitlines(keepends=True) if ln.rstrip("\r\n").rstrip() not in drop]
+                atomic_write_text(staged, "".join(kept))
+        return withheld
 
     async def _edit(self, provider: Provider, findings: list[str]) -> None:
         from hippobot.tools.base import ToolRegistry
@@ -326,6 +390,8 @@ class Dream:
         from hippobot.memory.gitstore import merge3
 
         git = self.agent.git
+        if not git.initialized:
+            git.init()  # versions are always on: the first Dream starts the history
         if git.available and git.initialized:
             git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
         changed: list[str] = []

@@ -43,7 +43,7 @@ async def _dream_loop(agent: Agent) -> None:
             continue
         try:
             result = await agent.dream.run()
-            log.info("scheduled Dream: %s", result.describe())
+            (log.info if result.ok else log.warning)("scheduled Dream: %s", result.describe())
         except Exception:
             log.exception("scheduled Dream failed; the entries stay pending")
 

@@ -41,8 +41,7 @@ _SIMILAR = 0.85  # a rewording this close to a reverted line counts as the same 
 _RESTATED = 0.6  # share of a line's words a later history entry must contain
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
-    "the and for with that this are was has have had not but from into user users who "
-    "will would their there they them his her its".split()
+    ["the", "and", "for", "with", "that", "this", "are", "was", "has", "have", "had", "not", "but", "from", "into", "user", "users", "who", "will", "would", "their", "there", "they", "them", "his", "her", "its"]
 )
 
 
