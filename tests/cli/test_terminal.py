@@ -104,6 +104,8 @@ def test_status_and_context_report_the_same_prompt_size(hippobot_home, scripted_
     assert status["estimate_tokens"] == context["total_tokens"]
     chat_status = run(["agent", "-m", "/status"], hippobot_home, scripted_server).stdout
     assert f"~{context['total_tokens']} tokens" in chat_status
+    as_json = json.loads(run(["agent", "-m", "/status", "--json"], hippobot_home, scripted_server).stdout)
+    assert as_json["command"] is True and f"~{context['total_tokens']} tokens" in as_json["reply"]
 
     rows = {r["name"]: r for r in context["sources"]}
     for name in ("AGENTS.md", "SOUL.md", "USER.md", "MEMORY.md", "skill kites", "Recent History"):

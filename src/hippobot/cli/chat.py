@@ -157,15 +157,21 @@ async def _one_turn(agent: Agent, key: str, text: str, media: Sequence[str], pri
         printer.finish()
 
 
-async def one_shot(agent: Agent, key: str, message: str, media: Sequence[str]) -> int:
-    """``hippobot agent -m``: only the reply goes to stdout."""
+async def one_shot(agent: Agent, key: str, message: str, media: Sequence[str], *, as_json: bool = False) -> int:
+    """``hippobot agent -m``: only the reply goes to stdout (``--json``: reply and session)."""
     tty = sys.stderr.isatty()
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty, spinner=_Spinner(sys.stderr, enabled=tty))
     try:
-        reply = (await _one_turn(agent, key, message, media, printer)).reply
+        result = await _one_turn(agent, key, message, media, printer)
     finally:
         await _finish(agent)
-    sys.stdout.write(reply.rstrip("\n") + "\n")
+    if as_json:
+        import json
+
+        data = {"session": key, "reply": result.reply, "command": result.command}
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return 0
+    sys.stdout.write(result.reply.rstrip("\n") + "\n")
     return 0
 
 

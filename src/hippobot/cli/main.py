@@ -129,6 +129,7 @@ def agent(
     image: Annotated[list[Path] | None, typer.Option("--image", help="Attach an image (repeatable).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name for this run.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider entry to use.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
     """Chat with the agent (interactive), or send one message with -m."""
     from hippobot.cli.chat import interactive, one_shot, piped
@@ -140,7 +141,7 @@ def agent(
     bot = _agent(settings, project)
     media = [str(p) for p in image or []]
     if message is not None:
-        code = asyncio.run(one_shot(bot, session, message, media))
+        code = asyncio.run(one_shot(bot, session, message, media, as_json=json_out))
     elif media:
         raise HippobotError("--image needs a message: use -m \"...\" --image PATH")
     elif sys.stdin.isatty():

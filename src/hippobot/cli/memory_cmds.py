@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Annotated
 
@@ -92,6 +94,17 @@ def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     sys.stdout.write(f"reindexed: {stats.describe()}\n")
 
 
+@contextmanager
+def _list_hint() -> Iterator[None]:
+    """An unknown version names the shell command that lists them."""
+    from hippobot.memory.gitstore import UnknownCommit
+
+    try:
+        yield
+    except UnknownCommit as exc:
+        raise UnknownCommit(f"{exc}; list them with `hippobot memory restore`") from None
+
+
 @memory_app.command("log")
 def log(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
@@ -101,7 +114,8 @@ def log(
     """Show a memory version as a diff (the latest Dream change by default)."""
     from hippobot.lifecycle.versions import SHELL_HINTS, commit_json, format_log, log_data
 
-    commit = log_data(_agent(_settings(workspace)), sha)
+    with _list_hint():
+        commit = log_data(_agent(_settings(workspace)), sha)
     if json_out:
         _print_json(commit_json(commit) if commit else None)
         return
@@ -129,7 +143,8 @@ def restore(
         else:
             sys.stdout.write(versions.format_versions(found, versions.SHELL_HINTS) + "\n")
         return
-    result = versions.restore_data(bot, sha)
+    with _list_hint():
+        result = versions.restore_data(bot, sha)
     if json_out:
         _print_json(versions.restore_json(result))
     else:
