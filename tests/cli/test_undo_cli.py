@@ -94,7 +94,7 @@ def test_env_only_setup_has_versions_after_the_first_dream(hippobot_home, script
     assert not (workspace / ".git").exists()
     empty = run(["memory", "log"], hippobot_home)
     assert empty.returncode == 0 and "No memory versions yet" in empty.stdout
-    assert "none yet" in json.loads(run(["status", "--json"], hippobot_home).stdout)["versioning"]
+    assert "not started yet" in json.loads(run(["status", "--json"], hippobot_home).stdout)["versioning"]
 
     script_dream(scripted_model, "[USER] Is vegetarian", [("USER.md", "- Name:", "- Name:\n- Vegetarian")])
     out = run(["dream"], hippobot_home, scripted_server)

@@ -165,7 +165,7 @@ class Agent:
     def versioning_state(self) -> str:
         git = self.git
         if not git.initialized:
-            return "none yet (the first Dream or memory edit starts the history)"
+            return "not started yet (the first Dream or memory edit creates the history)"
         if not git.available:
             return f"off ({git.broken_reason})"
         return f"on ({len(git.log(limit=1000))} versions)"

@@ -90,9 +90,11 @@ def _words(text: str) -> set[str]:
 def restates(entry: str, line: str) -> bool:
     """True when a history entry's text states the fact of ``line`` (most of its words)."""
     words = _words(line)
-    if not words:  # e.g. a CJK line without spaces: look for it whole
+    if not words:
         return bool(_normal(line)) and _normal(line) in _normal(entry)
-    found = words & _words(entry)
+    said, text = _words(entry), entry.lower()
+    # Scripts written without spaces (CJK) make long "words": look for those inside the text.
+    found = [w for w in words if w in said or (not w.isascii() and w in text)]
     return len(found) >= _RESTATED * len(words)
 
 
