@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from hippobot.config.keys import KeyReport, drop_nulls, walk_keys
 from hippobot.config.schema import Config, ProviderConfig
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
 
@@ -136,21 +137,6 @@ def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
     return None
 
 
-def _unknown_keys(model: BaseModel, prefix: str = "") -> list[str]:
-    found: list[str] = []
-    for key in model.model_extra or {}:
-        found.append(f"{prefix}{key}")
-    for name, value in model:
-        alias = type(model).model_fields[name].alias or name
-        if isinstance(value, BaseModel):
-            found += _unknown_keys(value, f"{prefix}{alias}.")
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if isinstance(v, BaseModel):
-                    found += _unknown_keys(v, f"{prefix}{alias}.{k}.")
-    return found
-
-
 def load_config(path: Path) -> tuple[Config, list[str]]:
     """Parse ``config.json``; returns the config and warnings about unknown keys."""
     if not path.exists():
@@ -173,6 +159,7 @@ def load_config(path: Path) -> tuple[Config, list[str]]:
         ) from exc
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a JSON object", path=str(path), line=1)
+    data = drop_nulls(data)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -181,10 +168,21 @@ def load_config(path: Path) -> tuple[Config, list[str]]:
         raise ConfigError(
             f"key {key}: {err['msg']}", path=str(path), line=_line_of_key(text, err["loc"])
         ) from exc
-    warnings = [
-        f"{path}: unknown key {k!r} ignored (check its spelling)" for k in _unknown_keys(config)
-    ]
-    return config, warnings
+    return config, key_warnings(path, walk_keys(data, Config))
+
+
+def key_warnings(path: Path, report: KeyReport) -> list[str]:
+    """One line per unknown key, and one line for all nanobot-only settings."""
+    lines = []
+    for key, closest in report.unknown:
+        hint = f"; did you mean {closest}?" if closest else " (check its spelling)"
+        lines.append(f"{path}: unknown key {key} ignored{hint}")
+    if report.nanobot_only:
+        lines.append(
+            f"{path}: nanobot settings not used by hippobot (ignored): "
+            + ", ".join(report.nanobot_only)
+        )
+    return lines
 
 
 # --- settings -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from hippobot.session.keys import (
 from hippobot.session.manager import SessionManager
 from hippobot.session.model import (
     SYNTHETIC_TOOL_RESULT,
+    SYNTHETIC_TURN_START,
     ArchivedSummary,
     Session,
     now_iso,
@@ -36,6 +37,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_KEY_LENGTH",
     "SYNTHETIC_TOOL_RESULT",
+    "SYNTHETIC_TURN_START",
     "ArchivedSummary",
     "InMemorySessionStore",
     "JsonlSessionStore",

@@ -19,6 +19,7 @@ from hippobot.messages import Message, wire_message
 __all__ = [
     "MESSAGE_ROLES",
     "SYNTHETIC_TOOL_RESULT",
+    "SYNTHETIC_TURN_START",
     "ArchivedSummary",
     "Session",
     "is_message",
@@ -28,6 +29,10 @@ __all__ = [
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 SYNTHETIC_TOOL_RESULT = "[no result: the turn was interrupted before this tool finished]"
+# A replay must open with a user message (Anthropic rejects anything else). When the archive
+# cut a long tool-using turn at an assistant boundary, the turn's own question is already in
+# memory; this stands in for it so the rest of the turn can still be replayed.
+SYNTHETIC_TURN_START = "[the start of this turn is not shown (archived to memory); continue from here]"
 
 
 def now_iso() -> str:
@@ -135,7 +140,9 @@ class Session:
         one result per id; every declared tool call has a result (a turn killed mid-way
         gets :data:`SYNTHETIC_TOOL_RESULT`, placed after that call's real results). The
         returned dicts are the stored ones (synthetic results are new dicts) and
-        ``self.messages`` is never modified. An empty session gives ``[]``.
+        ``self.messages`` is never modified. An empty session gives ``[]``. A non-empty result
+        opens with a user message: when the window holds none (the archive cut a long turn at
+        an assistant boundary), the note :data:`SYNTHETIC_TURN_START` comes first.
         """
         window = [m for m in self.messages[self.replay_start :] if not m.get("_command")]
         if max_messages > 0:
@@ -146,7 +153,10 @@ class Session:
             if message.get("role") == "user":
                 window = window[index:]
                 break
-        return _make_legal(window)
+        legal = _make_legal(window)
+        if legal and legal[0].get("role") != "user":
+            legal.insert(0, {"role": "user", "content": SYNTHETIC_TURN_START})
+        return legal
 
 
 def _rough_tokens(message: Message) -> int:

@@ -1,0 +1,87 @@
+"""Unknown and nanobot-only keys in config.json warn, one line each, and never crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hippobot.config.loader import load_config
+from hippobot.testing.cli import run_cli
+
+
+def write(path: Path, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def test_a_misspelt_key_warns_with_its_path_and_the_closest_key(tmp_path):
+    path = write(tmp_path / "config.json", {"agents": {"defaults": {"maxTokenz": 100, "model": "m"}}})
+    config, warnings = load_config(path)
+    assert config.agents.defaults.model == "m"
+    assert config.agents.defaults.max_tokens == 8192  # the misspelt key changed nothing
+    assert warnings == [
+        f"{path}: unknown key agents.defaults.maxTokenz ignored; did you mean maxTokens?"
+    ]
+
+
+def test_unknown_keys_at_every_level_each_get_one_line(tmp_path):
+    path = write(tmp_path / "config.json", {
+        "agnets": {},
+        "agents": {"defaults": {"dream": {"intervalHours": 3}}},
+        "providers": {"openai": {"apiBsae": "http://x", "apiKey": "sk-abc"}},
+        "tools": {"exec": {"timeuot": 3}},
+        "totallyUnrelated": 1,
+    })
+    _config, warnings = load_config(path)
+    assert warnings == [
+        f"{path}: unknown key agnets ignored; did you mean agents?",
+        f"{path}: unknown key agents.defaults.dream.intervalHours ignored; did you mean intervalH?",
+        f"{path}: unknown key providers.openai.apiBsae ignored; did you mean apiBase?",
+        f"{path}: unknown key tools.exec.timeuot ignored; did you mean timeout?",
+        f"{path}: unknown key totallyUnrelated ignored (check its spelling)",
+    ]
+
+
+def test_snake_case_spellings_are_known_keys(tmp_path):
+    path = write(tmp_path / "config.json", {"agents": {"defaults": {"max_tokens": 100, "context_window_tokens": 9000}}})
+    config, warnings = load_config(path)
+    assert warnings == []
+    assert config.agents.defaults.max_tokens == 100
+
+
+def test_nanobot_only_sections_are_reported_once_as_not_used(tmp_path):
+    path = write(tmp_path / "config.json", {
+        "agents": {"defaults": {"botName": "nanobot", "dream": {"maxBatchSize": 20}}},
+        "channels": {"telegram": {"enabled": False, "token": ""}, "sendProgress": True},
+        "gateway": {"port": 18790, "heartbeat": {"enabled": True}},
+        "tools": {"web": {"search": {"provider": "brave"}}, "restrictToWorkspace": False},
+        "mcpServers": {},
+        "providers": {"custom": {"apiType": "auto", "extraHeaders": None}},
+    })
+    config, warnings = load_config(path)
+    assert config.tools.restrict_to_workspace is False
+    assert len(warnings) == 1
+    line = warnings[0]
+    assert line.startswith(f"{path}: nanobot settings not used by hippobot")
+    for section in (
+        "agents.defaults.botName", "agents.defaults.dream.maxBatchSize", "channels", "gateway",
+        "tools.web", "mcpServers", "providers.custom.apiType",
+    ):
+        assert section in line
+    # Nested keys of an unused section are not listed one by one.
+    assert "channels.telegram" not in line and "heartbeat" not in line
+
+
+def test_a_config_with_unknown_keys_does_not_stop_any_command(tmp_path):
+    home = tmp_path / "home"
+    write(home / "config.json", {
+        "agents": {"defaults": {"maxTokenz": 100}},
+        "channels": {"telegram": {"token": "x"}},
+    })
+    for args in (["onboard"], ["sessions", "list"], ["context"], ["memory", "log"]):
+        out = run_cli(args, home)
+        assert out.returncode == 0, (args, out.stderr)
+        assert "Traceback" not in out.stderr
+        assert "unknown key agents.defaults.maxTokenz ignored; did you mean maxTokens?" in out.stderr
+        assert out.stderr.count("not used by hippobot") == 1
