@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -56,7 +57,14 @@ class _Spinner:
 
 
 class _Markdown:
-    """Renders the streamed reply as Markdown, updated in place as text arrives."""
+    """Renders the streamed reply as Markdown, updated in place as text arrives.
+
+    Only the last screenful stays live; lines above it are printed for good, so a reply taller
+    than the terminal scrolls normally instead of being redrawn (and duplicated) off-screen.
+    Re-rendering is throttled; :meth:`close` draws the final state.
+    """
+
+    _INTERVAL = 0.1  # seconds between re-renders while text streams in
 
     def __init__(self, out: TextIO, *, force_terminal: bool | None = None) -> None:
         from rich.console import Console
@@ -64,25 +72,45 @@ class _Markdown:
         self.console = Console(file=out, force_terminal=force_terminal, highlight=False)
         self.text = ""
         self._live: Any = None
+        self._printed = 0  # rendered lines already printed above the live region
+        self._last = 0.0
 
     def feed(self, delta: str) -> None:
-        from rich.live import Live
-        from rich.markdown import Markdown
-
         self.text += delta
         if self._live is None:
+            from rich.live import Live
+
             self._live = Live(
-                console=self.console, refresh_per_second=8, vertical_overflow="visible",
+                console=self.console, auto_refresh=False, vertical_overflow="visible",
                 redirect_stdout=False, redirect_stderr=False,
             )
             self._live.start()
-        self._live.update(Markdown(self.text), refresh=True)
+        if time.monotonic() - self._last >= self._INTERVAL:
+            self._render()
+
+    def _render(self) -> None:
+        from rich.markdown import Markdown
+        from rich.segment import Segment, Segments
+
+        self._last = time.monotonic()
+        lines = self.console.render_lines(Markdown(self.text), pad=False, new_lines=False)
+        keep = max(4, self.console.height - 4)
+        stable = max(self._printed, len(lines) - keep)
+
+        def segments(rows: list[list[Segment]]) -> Segments:
+            return Segments([seg for row in rows for seg in (*row, Segment.line())])
+
+        if stable > self._printed:
+            self._live.console.print(segments(lines[self._printed : stable]), end="")
+            self._printed = stable
+        self._live.update(segments(lines[self._printed :]), refresh=True)
 
     def close(self) -> None:
         if self._live is not None:
+            self._render()
             self._live.stop()
             self._live = None
-        self.text = ""
+        self.text, self._printed = "", 0
 
 
 class _Printer:
