@@ -254,3 +254,15 @@ async def test_base_url_ending_in_v1_is_accepted(scripted_server, scripted_model
 async def _replay(events):
     for event in events:
         yield event
+
+
+async def test_stop_sequences_and_a_cut_reply_map_to_anthropic_and_back(provider, scripted_model):
+    scripted_model.reply("cut he", finish_reason="length")
+
+    response = await collect(provider.stream(ChatRequest(
+        model="claude-test", messages=HISTORY, max_tokens=7, stop=("END",)
+    )))
+
+    (sent,) = scripted_model.requests
+    assert sent.raw["stop_sequences"] == ["END"] and sent.raw["max_tokens"] == 7
+    assert response.finish_reason == "length" and response.text == "cut he"

@@ -304,3 +304,14 @@ async def test_connection_refused_names_the_url_and_what_to_check(
     assert message.startswith(f"cannot reach {base} (connection refused): is the server running?")
     assert "HIPPOBOT_API_BASE" in message and message.endswith("(after 2 attempts)")
     assert len(fake_sleep.waits) == 1
+
+
+async def test_stop_reaches_the_endpoint_and_length_comes_back(provider, scripted_model):
+    scripted_model.reply("cut he", finish_reason="length")
+
+    response = await collect(provider.stream(ChatRequest(
+        model="scripted-model", messages=[{"role": "user", "content": "hi"}], stop=("END", "##")
+    )))
+
+    assert scripted_model.requests[0].raw["stop"] == ["END", "##"]
+    assert response.finish_reason == "length"

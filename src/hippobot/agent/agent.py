@@ -300,7 +300,12 @@ class Agent:
         *,
         media: Sequence[str] = (),
         on_event: EventSink | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
     ) -> TurnResult:
+        """One turn. ``max_tokens`` (capped by ``maxTokens``) and ``stop`` override the
+        configured reply limits for this turn's model calls (``hippobot serve`` passes what
+        its client asked for)."""
         validate_key(key)
         if text.startswith("/") and not media and not text.startswith("//"):
             from hippobot.agent.commands import CommandRouter
@@ -325,9 +330,11 @@ class Agent:
                 model=self.model,
                 tools=registry,
                 max_iterations=self.settings.defaults.max_tool_iterations,
-                max_tokens=self.settings.defaults.max_tokens,
+                max_tokens=min(max_tokens or self.settings.defaults.max_tokens,
+                               self.settings.defaults.max_tokens),
                 temperature=self.settings.defaults.temperature,
                 max_tool_result_chars=self.settings.defaults.max_tool_result_chars,
+                stop=tuple(stop),
             )
 
             async def persist(msg: Message) -> Message:

@@ -84,6 +84,8 @@ class RunResult:
     total_prompt_tokens: int = 0
     stopped: str | None = None  # "max_iterations" when the cap was hit
     messages: list[Message] = field(default_factory=list)
+    total_usage: Usage = field(default_factory=Usage)  # summed over every model call
+    finish_reason: str = "stop"  # what the model reported for the final answer
 
 
 @dataclass(slots=True)
@@ -95,6 +97,7 @@ class Runner:
     max_tokens: int = 4096
     temperature: float | None = None
     max_tool_result_chars: int = 16_000
+    stop: tuple[str, ...] = ()
 
     async def run(
         self,
@@ -119,13 +122,16 @@ class Runner:
                 tools=schemas,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
+                stop=self.stop,
             )
             response = await collect(self.provider.stream(request), _forward(emit))
             result.requests += 1
             if response.usage is not None:
                 result.usage = response.usage
                 result.total_prompt_tokens += response.usage.prompt_tokens
+                result.total_usage = _add(result.total_usage, response.usage)
             if not response.tool_calls:
+                result.finish_reason = response.finish_reason
                 reply = response.text
                 if not reply.strip() and result.tool_calls:
                     reply = _EMPTY_NOTE
@@ -172,6 +178,14 @@ class Runner:
         if original is not None:
             msg["_truncated"] = original
         return await persist(msg)
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        a.prompt_tokens + b.prompt_tokens,
+        a.completion_tokens + b.completion_tokens,
+        a.cached_tokens + b.cached_tokens,
+    )
 
 
 def _forward(emit: EventSink) -> Callable[[StreamEvent], None]:

@@ -82,6 +82,7 @@ class Settings:
                 keys.append(self.env[name])
         if self.config.serve.api_key:
             keys.append(self.config.serve.api_key)
+        keys += [u.api_key for u in self.config.serve.users.values() if u.api_key]
         return [k for k in keys if len(k) >= 8]
 
     def model_configured(self) -> bool:

@@ -18,6 +18,7 @@ __all__ = [
     "ExecConfig",
     "ProviderConfig",
     "ServeConfig",
+    "ServeUserConfig",
     "ToolsConfig",
 ]
 
@@ -103,11 +104,27 @@ class ToolsConfig(_Model):
     exec: ExecConfig = Field(default_factory=ExecConfig)
 
 
+class ServeUserConfig(_Model):
+    """One person served by ``hippobot serve`` with memory of their own."""
+
+    api_key: str | None = None
+    """The bearer token that identifies this person."""
+    workspace: str | None = None
+    """Their workspace (default ``<home>/users/<name>``)."""
+    aliases: list[str] = Field(default_factory=list)
+    """Values of ``serve.trustUserHeader`` that also mean this person (e.g. an e-mail)."""
+
+
 class ServeConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8900, ge=0, le=65535)
     api_key: str | None = None
     """Bearer token clients must send; without one the server binds to loopback only."""
+    users: dict[str, ServeUserConfig] = Field(default_factory=dict)
+    """People with workspaces of their own: ``{"alice": {"apiKey": "..."}}``."""
+    trust_user_header: str | None = None
+    """A header (e.g. ``X-OpenWebUI-User-Email``) naming the user, trusted only on requests
+    authenticated with ``serve.apiKey`` (the proxy in front of hippobot)."""
 
 
 class Config(_Model):

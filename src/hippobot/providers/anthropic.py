@@ -174,6 +174,8 @@ def to_anthropic(request: ChatRequest) -> dict[str, Any]:
         params["tool_choice"] = {"type": request.tool_choice}
     if request.temperature is not None:
         params["temperature"] = request.temperature
+    if request.stop:
+        params["stop_sequences"] = list(request.stop)
     return params
 
 

@@ -38,6 +38,7 @@ class ChatRequest:
     tool_choice: Literal["auto", "none"] = "auto"
     max_tokens: int = 4096
     temperature: float | None = None
+    stop: tuple[str, ...] = ()  # stop sequences (a client of ``hippobot serve`` may send some)
 
 
 @dataclass(frozen=True, slots=True)

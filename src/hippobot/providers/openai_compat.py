@@ -177,6 +177,8 @@ class OpenAICompatProvider:
             params["tool_choice"] = request.tool_choice
         if request.temperature is not None:
             params["temperature"] = request.temperature
+        if request.stop:
+            params["stop"] = list(request.stop)
         return params
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:

@@ -1,9 +1,16 @@
 """The OpenAI-compatible HTTP API in front of the agent (``hippobot serve``).
 
 Routes: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/chat/completions`` (JSON or
-SSE), ``GET /healthz`` (never needs a key) and ``GET /`` (the read-only memory page, web.py).
+SSE; the API paths also with a trailing slash), ``GET /healthz`` (never needs a key) and
+``GET /`` (the read-only memory page, web.py).
 
 Invariants:
+
+* A request is answered by the agent of the person it authenticates as (users.py): one
+  workspace each, so one user's request never reads or changes another's files.
+* A retry never starts a second turn (dedupe.py): it joins or replays the first attempt,
+  and errors of a started turn say ``x-should-retry: false``. Client task prompts are
+  answered without a session (tasks.py).
 
 * The server owns the history. Of a request's ``messages`` only the newest user message is a
   turn; everything before it is ignored, because the session file already holds it.
@@ -24,10 +31,11 @@ format (request parsing, the error shape, completion and SSE framing) is in ``wi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +49,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hippobot.agent.events import ReplyDelta, ToolStarted
+from hippobot.server.dedupe import IdempotencyConflict, TurnLedger
+from hippobot.server.identity import Attempt, RequestId
+from hippobot.server.tasks import answer_task
+from hippobot.server.users import UNAUTHORIZED, Users
 from hippobot.server.web import index
 
 # Re-exported (as are the wire names in __all__): they lived here before wire.py.
@@ -57,6 +69,7 @@ from hippobot.server.wire import (
     outcome,
     parse_chat_request,
     read_json,
+    replayed_stream,
     session_key,
     sse_stream,
 )
@@ -164,7 +177,7 @@ async def list_models(request: Request) -> Response:
 
 
 async def get_model(request: Request) -> Response:
-    name = request.path_params["model"]
+    name = request.path_params["model"].rstrip("/")
     if name != MODEL_ID:
         raise ApiError(404, f"the model {name!r} does not exist; use {MODEL_ID!r}",
                        code="model_not_found", param="model")
@@ -183,25 +196,46 @@ def _shows_progress(item: object) -> bool:
     return item is END or isinstance(item, ReplyDelta | ToolStarted)
 
 
+NO_RETRY = {"x-should-retry": "false"}
+"""On errors of a turn that started: the user's message is saved, so a client retry would
+only store it again (both official SDKs obey this header)."""
+
+
 async def chat_completions(request: Request) -> Response:
     call = parse_chat_request(await read_json(request), request.headers)
-    agent: Agent = request.app.state.agent
+    users: Users = request.app.state.users
+    scope = users.identify(request.headers)
+    agent = await users.agent(scope)
     gate: TurnGate = request.app.state.gate
+    if call.stateless:
+        task = gate.start(f"{scope}/tasks", answer_task(agent, call))
+        return await _answer_after(call, task, Reply(call), {"X-Hippobot-Stateless": "true"})
+    headers = {"X-Session-Id": call.key}
+    ledger: TurnLedger = request.app.state.ledger
+    attempt = Attempt.of(request.headers)
+    try:
+        earlier = ledger.find(scope, call.key, call.text, attempt)
+    except IdempotencyConflict as exc:
+        raise ApiError(400, str(exc), code="idempotency_key_reused") from None
+    if earlier is not None:
+        log.info("request repeats a turn of %s; answering from it", call.key)
+        return await _answer_after(call, earlier.task, earlier.framing,
+                                   headers | {"X-Hippobot-Replay": "true"})
     queue: asyncio.Queue[object] = asyncio.Queue()
 
     async def turn() -> TurnResult:
         try:
-            return await agent.turn(call.key, call.text, on_event=queue.put_nowait)
+            return await agent.turn(call.key, call.text, on_event=queue.put_nowait,
+                                    max_tokens=call.max_tokens, stop=call.stop)
         finally:
             queue.put_nowait(END)
 
-    task = gate.start(call.key, turn())
-    headers = {"X-Session-Id": call.key}
+    task = gate.start(f"{scope}/{call.key}", turn())
+    reply = Reply(call)
+    slim = dataclasses.replace(call, text="", messages=())  # the ledger keeps no message text
+    ledger.add(scope, call.key, call.text, attempt, task, Reply(slim, reply.id, reply.created))
     if not call.stream:
-        result = await outcome(task)
-        if isinstance(result, ApiError):
-            return result.response(headers)
-        return JSONResponse(Reply(call).completion(result), headers=headers)
+        return await _answer_after(call, task, reply, headers)
     # Hold the status line until the turn shows a sign of life, so that a failure before any
     # output (bad upstream key, rate limit) is a real HTTP error the SDK can act on.
     first = [await queue.get()]
@@ -210,10 +244,26 @@ async def chat_completions(request: Request) -> Response:
     if first[-1] is END:
         result = await outcome(task)
         if isinstance(result, ApiError):
-            return result.response(headers)
+            return result.response(headers | NO_RETRY)
     headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(
-        sse_stream(call, task, queue, first), media_type="text/event-stream", headers=headers
+        sse_stream(call, task, queue, first, reply), media_type="text/event-stream",
+        headers=headers,
+    )
+
+
+async def _answer_after(
+    call: ChatCall, task: asyncio.Future[TurnResult], reply: Reply, headers: dict[str, str]
+) -> Response:
+    """The answer once ``task`` is over: JSON, or the whole reply as one SSE stream."""
+    result = await outcome(task)
+    if isinstance(result, ApiError):
+        return result.response(headers | NO_RETRY)
+    if not call.stream:
+        return JSONResponse(reply.completion(result), headers=headers)
+    headers = headers | {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(
+        replayed_stream(call, task, reply), media_type="text/event-stream", headers=headers
     )
 
 
@@ -228,31 +278,21 @@ def bearer_ok(authorization: str | None, api_key: str) -> bool:
     return hmac.compare_digest(token.strip().encode(), api_key.encode())
 
 
-UNAUTHORIZED = ApiError(
-    401,
-    "missing or wrong API key: send 'Authorization: Bearer <key>' with the key configured "
-    "as serve.apiKey or HIPPOBOT_SERVE_KEY on the server",
-    code="invalid_api_key",
-    headers={"WWW-Authenticate": "Bearer"},
-)
-
-
 class BearerAuth:
-    """Every path but ``/healthz`` needs the key when one is configured."""
+    """Every path but ``/healthz`` needs one of the keys when any is configured
+    (``serve.apiKey`` and the keys of ``serve.users``)."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str]) -> None:
         self.app = app
-        self.api_key = api_key
+        self.api_keys = [k for k in api_keys if k]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and self.api_key
-            and scope["path"] not in OPEN_PATHS
-            and not bearer_ok(Headers(scope=scope).get("authorization"), self.api_key)
-        ):
-            await UNAUTHORIZED.response()(scope, receive, send)
-            return
+        if scope["type"] == "http" and self.api_keys and scope["path"] not in OPEN_PATHS:
+            given = Headers(scope=scope).get("authorization")
+            # every key is compared, so the time taken does not tell which one was close
+            if not [k for k in self.api_keys if bearer_ok(given, k)]:
+                await UNAUTHORIZED.response()(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -281,16 +321,28 @@ def create_app(
     shutdown_timeout: float = 30.0,
     max_queued_per_session: int = 32,
     run_schedulers: bool = True,
+    users: Users | None = None,
 ) -> Starlette:
-    """The ASGI app. Its lifespan starts the agent's schedulers (Dream, idle compaction) and,
+    """The ASGI app. Its lifespan starts the agents' schedulers (Dream, idle compaction) and,
     at shutdown, drains in-flight turns (``shutdown_timeout``), stops the schedulers and
-    closes the agent. ``app.state.gate`` is the :class:`TurnGate`, ``app.state.schedulers``
-    the scheduler tasks."""
+    closes the agents. ``agent`` is the owner's; ``users`` (default: from
+    ``agent.settings.config.serve``) gives each person of ``serve.users`` an agent of their
+    own. ``app.state.gate`` is the :class:`TurnGate`, ``app.state.schedulers`` the scheduler
+    tasks."""
     gate = TurnGate(max_queued_per_session=max_queued_per_session)
+    users = users or Users(agent, owner_key=api_key, serve=agent.settings.config.serve)
+    schedulers: list[asyncio.Task[None]] = []
+
+    def start(new: Agent) -> None:
+        if run_schedulers:
+            schedulers.extend(new.start_schedulers())
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        schedulers = agent.start_schedulers() if run_schedulers else []
+        start(agent)
+        users.on_new_agent = start
+        for name in users.configured:  # their Dream schedules run from the start
+            await users.agent(name)
         app.state.schedulers = schedulers
         try:
             yield
@@ -299,13 +351,16 @@ def create_app(
             for task in schedulers:
                 task.cancel()
             await asyncio.gather(*schedulers, return_exceptions=True)
-            await agent.aclose(shutdown_timeout)  # also closes the model connections
+            for each in users.agents():
+                await each.aclose(shutdown_timeout)  # also closes the model connections
 
     app = Starlette(
-        routes=[
+        routes=[  # the API paths answer with a trailing slash too (clients add one; no 307)
             Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/chat/completions/", chat_completions, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", index, methods=["GET"]),
         ],
@@ -314,7 +369,10 @@ def create_app(
         lifespan=lifespan,
         max_body_size=MAX_BODY_BYTES,
     )
-    app.add_middleware(BearerAuth, api_key=api_key)
+    app.add_middleware(BearerAuth, api_keys=users.keys())
+    app.add_middleware(RequestId)  # outermost: errors of the middleware above get an id too
     app.state.agent = agent
+    app.state.users = users
+    app.state.ledger = TurnLedger()
     app.state.gate = gate
     return app

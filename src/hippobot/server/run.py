@@ -125,14 +125,19 @@ def run_server(
 
     err = out or sys.stderr
     api_key = serve_key(settings)
-    bind_host, warning = resolve_bind(host or settings.config.serve.host, api_key)
+    user_keys = [u.api_key for u in settings.config.serve.users.values() if u.api_key]
+    bind_host, warning = resolve_bind(host or settings.config.serve.host, api_key or
+                                      (user_keys[0] if user_keys else None))
     if warning:
         err.write(f"hippobot serve: warning: {warning}\n")
     sock = bind_socket(bind_host, settings.config.serve.port if port is None else port)
     actual_port = sock.getsockname()[1]
     app = create_app(Agent(settings), api_key=api_key, shutdown_timeout=shutdown_timeout)
     shown = f"[{bind_host}]" if ":" in bind_host else bind_host
-    auth = "bearer token required" if api_key else "no API key configured: loopback only, no auth"
+    auth = "bearer token required" if api_key or user_keys else (
+        "no API key configured: loopback only, no auth")
+    if settings.config.serve.users:
+        auth += f"; {len(settings.config.serve.users)} user(s) with workspaces of their own"
     err.write(
         f"hippobot serve: listening on http://{shown}:{actual_port}/v1 "
         f"(workspace {settings.workspace}; {auth})\n"

@@ -146,6 +146,8 @@ def render_page(agent: Agent) -> str:
 
 
 async def index(request: Request) -> HTMLResponse:
-    agent: Agent = request.app.state.agent
+    from hippobot.server.users import request_agent  # the asking user's workspace, only
+
+    agent = await request_agent(request)
     page = await asyncio.to_thread(render_page, agent)
     return HTMLResponse(page, headers={"Cache-Control": "no-store"})

@@ -35,7 +35,8 @@ from hippobot.errors import (
     UserError,
 )
 from hippobot.providers.base import Usage
-from hippobot.session.keys import validate_key
+from hippobot.server import identity
+from hippobot.server.identity import DEFAULT_SESSION
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import TurnResult
@@ -50,9 +51,11 @@ __all__ = [
     "Reply",
     "ReplyText",
     "api_error_for",
+    "finish_reason",
     "outcome",
     "parse_chat_request",
     "read_json",
+    "replayed_stream",
     "session_key",
     "sse_stream",
 ]
@@ -62,7 +65,6 @@ log = logging.getLogger("hippobot.server.app")
 
 MODEL_ID = "hippobot"
 """The one model ``/v1/models`` lists; requests may name any model (it is echoed back)."""
-DEFAULT_SESSION = "default"
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -158,28 +160,26 @@ class ChatCall:
     model: str  # echoed back in responses
     stream: bool
     include_usage: bool
+    max_tokens: int | None = None  # the client's cap on the reply (the config caps it too)
+    stop: tuple[str, ...] = ()
+    stateless: bool = False  # a client task prompt: no session, no memory
+    messages: tuple[tuple[str, str], ...] = ()  # (role, text) as sent; used when stateless
 
 
 def session_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
-    """``api:<id>`` from the ``X-Session-Id`` header, else the ``user`` field, else default."""
-    raw = headers.get("x-session-id")
-    source = "X-Session-Id header"
-    if raw is None:
-        raw, source = body.get("user"), "'user' field"
-    if raw is None:
-        raw = DEFAULT_SESSION
-    if not isinstance(raw, str) or not raw.strip():
-        raise ApiError(400, f"the {source} must be a non-empty string", param="user")
+    """The session a request continues (see :mod:`hippobot.server.identity`); 400 if bad."""
     try:
-        return validate_key(f"api:{raw.strip()}")
-    except UserError as exc:
-        raise ApiError(400, f"the {source} cannot name a session: {exc}", param="user") from None
+        return identity.session_key(headers, body)
+    except identity.IdentityError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from None
 
 
 def _content_text(content: object, index: int) -> str:
     param = f"messages[{index}].content"
     if isinstance(content, str):
         return content
+    if content is None:
+        return ""
     if not isinstance(content, list):
         raise ApiError(400, f"{param} must be a string or a list of text parts", param=param)
     parts: list[str] = []
@@ -196,6 +196,72 @@ def _content_text(content: object, index: int) -> str:
     return "\n".join(parts)
 
 
+_OWN_TOOLS = (
+    "hippobot runs its own tools on the server and never returns tool calls to the client"
+)
+
+
+def _refuse_client_tools(body: Mapping[str, Any], messages: list[Any]) -> None:
+    """Client-side tool use cannot work through hippobot: say so instead of pretending."""
+    choice = body.get("tool_choice")
+    forced = choice == "required" or isinstance(choice, dict)
+    if body.get("tools") and forced:
+        raise ApiError(
+            400,
+            f"'tool_choice' {json.dumps(choice)} asks for a call to one of your tools; "
+            f"{_OWN_TOOLS}. Send the request without 'tools' (or with tool_choice 'auto').",
+            param="tool_choice",
+        )
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") in ("tool", "function"):
+        raise ApiError(
+            400,
+            f"the request ends with a {last.get('role')!r} message, a result for a tool call "
+            f"hippobot never made: {_OWN_TOOLS}. End the request with a user message.",
+            param=f"messages[{len(messages) - 1}]",
+        )
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ApiError(400, f"'{name}' must be a positive integer", param=name)
+        return value
+    return None
+
+
+def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(items, list)
+        or not 1 <= len(items) <= 4
+        or not all(isinstance(s, str) and s for s in items)
+    ):
+        raise ApiError(400, "'stop' must be a string or a list of 1 to 4 strings", param="stop")
+    return tuple(items)
+
+
+def _refuse_response_format(body: Mapping[str, Any]) -> None:
+    fmt = body.get("response_format")
+    if fmt is None:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind != "text":
+        raise ApiError(
+            400,
+            f"'response_format' {json.dumps(kind)} is not supported: a hippobot reply is a turn "
+            "of a conversation, written with its own tools and memory, and cannot be held to "
+            "a schema. Leave response_format out (or use {\"type\": \"text\"}).",
+            param="response_format",
+        )
+
+
 def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     """Validate a chat-completions body; raises :class:`ApiError` (400) saying what is wrong."""
     if not isinstance(body, dict):
@@ -203,6 +269,7 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages", param="messages")
+    _refuse_client_tools(body, messages)
     users = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
     if not users:
         raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
@@ -213,7 +280,9 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     model = body.get("model", MODEL_ID)
     if not isinstance(model, str) or not model:
         raise ApiError(400, "'model' must be a non-empty string", param="model")
-    stream = body.get("stream", False)
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false", param="stream")
     if body.get("n", 1) not in (1, None):
@@ -221,12 +290,25 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    _refuse_response_format(body)
+    stateless = identity.is_task_prompt(text, headers)
+    sent: tuple[tuple[str, str], ...] = ()
+    if stateless:
+        sent = tuple(
+            (str(m.get("role")), _content_text(m.get("content"), i))
+            for i, m in enumerate(messages)
+            if isinstance(m, dict) and m.get("role") in ("system", "developer", "user", "assistant")
+        )
     return ChatCall(
-        key=session_key(headers, body),
+        key="" if stateless else session_key(headers, body),
         text=text,
         model=model,
         stream=stream,
         include_usage=bool(options.get("include_usage")),
+        max_tokens=_max_tokens(body),
+        stop=_stop(body),
+        stateless=stateless,
+        messages=sent,
     )
 
 
@@ -294,14 +376,19 @@ END = object()  # put on a turn's event queue when the turn is over, however it 
 
 
 def _usage(result: TurnResult) -> dict[str, Any]:
-    """Token counts of the turn's final model call (zero for commands)."""
-    usage = (result.run.usage if result.run is not None else None) or Usage()
+    """Token counts summed over every model call of the turn (zero for commands)."""
+    usage = result.run.total_usage if result.run is not None else Usage()
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
+
+
+def finish_reason(result: TurnResult) -> str:
+    """What the model reported for the final answer (``length``: cut by max_tokens)."""
+    return result.run.finish_reason if result.run is not None else "stop"
 
 
 @dataclass(slots=True)
@@ -320,7 +407,12 @@ class Reply:
             "created": self.created,
             "model": self.call.model,
             "choices": [
-                {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish_reason(result),
+                    "logprobs": None,
+                }
             ],
             "usage": _usage(result),
         }
@@ -341,7 +433,7 @@ def _event(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def outcome(task: asyncio.Task[TurnResult]) -> TurnResult | ApiError:
+async def outcome(task: asyncio.Future[TurnResult]) -> TurnResult | ApiError:
     """The turn's result, or the :class:`ApiError` that answers its failure."""
     await asyncio.wait({task})  # never cancels the turn, even if this request is cancelled
     if task.cancelled():
@@ -355,9 +447,10 @@ async def sse_stream(
     task: asyncio.Task[TurnResult],
     queue: asyncio.Queue[object],
     first: list[object],
+    reply: Reply | None = None,
 ) -> AsyncIterator[str]:
     """The SSE body of a streamed reply: ``first`` events, then ``queue`` until :data:`END`."""
-    reply, text = Reply(call), ReplyText()
+    reply, text = reply or Reply(call), ReplyText()
     yield reply.chunk({"role": "assistant", "content": ""})
     items = list(first)
     while True:
@@ -380,7 +473,27 @@ async def sse_stream(
     rest = text.finish(result.reply)
     if rest:
         yield reply.chunk({"content": rest})
-    yield reply.chunk({}, "stop")
+    for event in _closing(reply, call, result):
+        yield event
+
+
+def _closing(reply: Reply, call: ChatCall, result: TurnResult) -> list[str]:
+    events = [reply.chunk({}, finish_reason(result))]
     if call.include_usage:
-        yield reply.usage_chunk(result)
-    yield "data: [DONE]\n\n"
+        events.append(reply.usage_chunk(result))
+    return [*events, "data: [DONE]\n\n"]
+
+
+async def replayed_stream(
+    call: ChatCall, task: asyncio.Future[TurnResult], reply: Reply
+) -> AsyncIterator[str]:
+    """The SSE body for a retry: the turn's whole reply (or its error) once it is over."""
+    result = await outcome(task)
+    if isinstance(result, ApiError):
+        yield _event(result.body())
+        return
+    yield reply.chunk({"role": "assistant", "content": ""})
+    if result.reply:
+        yield reply.chunk({"content": result.reply})
+    for event in _closing(reply, call, result):
+        yield event

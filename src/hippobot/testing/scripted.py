@@ -93,6 +93,11 @@ class ScriptedCall:
 class _Reply:
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
+    finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
+
+    def finish(self) -> str:
+        """The OpenAI finish reason this reply reports."""
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +153,7 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
-        self._usage: Usage | None = None
+        self._usage: deque[Usage] = deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -159,9 +164,9 @@ class ScriptedModel:
             self._queue.append(step)
         return self
 
-    def reply(self, text: str) -> ScriptedModel:
-        """Queue a plain text answer."""
-        return self._push(_Reply(text=text))
+    def reply(self, text: str, *, finish_reason: str | None = None) -> ScriptedModel:
+        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short."""
+        return self._push(_Reply(text=text, finish_reason=finish_reason))
 
     def reply_tool_call(
         self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = ""
@@ -198,9 +203,10 @@ class ScriptedModel:
     def usage(
         self, *, prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0
     ) -> ScriptedModel:
-        """Report these token counts with the next reply the model serves."""
+        """Report these token counts with the next reply the model serves (called several
+        times, with that many replies, in order)."""
         with self._lock:
-            self._usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
+            self._usage.append(Usage(prompt_tokens, completion_tokens, cached_tokens))
         return self
 
     def pending(self) -> int:
@@ -236,7 +242,7 @@ class ScriptedModel:
                 return Plan(step, following or _CUT_FILLER, Usage())
             if not isinstance(step, _Reply):
                 return Plan(step, _Reply(), Usage())
-            usage, self._usage = self._usage, None
+            usage = self._usage.popleft() if self._usage else None
         return Plan(step, step, usage or estimate_usage(request, step))
 
 
@@ -303,7 +309,7 @@ class ScriptedProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        raw = {
+        raw: dict[str, Any] = {
             "model": request.model,
             "messages": copy.deepcopy(request.messages),
             "tools": copy.deepcopy(request.tools),
@@ -311,6 +317,8 @@ class ScriptedProvider:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
         }
+        if request.stop:
+            raw["stop"] = list(request.stop)
         recorded = RecordedRequest(
             messages=raw["messages"],
             tools=raw["tools"],
@@ -341,4 +349,5 @@ class ScriptedProvider:
         for call in plan.reply.tool_calls:
             yield ToolCallEvent(call.id, call.name, call.arguments)
         yield plan.usage
-        yield Finish("tool_calls" if plan.reply.tool_calls else "stop")
+        finish = plan.reply.finish()
+        yield Finish("length" if finish == "length" else "tool_calls" if finish == "tool_calls" else "stop")

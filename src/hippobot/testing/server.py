@@ -119,7 +119,7 @@ def _openai_message(plan: Plan, model: str) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "finish_reason": reply.finish(),
                 "logprobs": None,
             }
         ],
@@ -155,7 +155,7 @@ def _openai_chunks(plan: Plan, model: str, *, budget: int | None, usage: bool) -
             yield chunk({"tool_calls": [{"index": p.index, "function": {"arguments": p.text}}]})
     if not complete:
         return
-    yield chunk({}, "tool_calls" if plan.reply.tool_calls else "stop")
+    yield chunk({}, plan.reply.finish())
     if usage:
         body = {
             "id": "chatcmpl-scripted",
@@ -197,10 +197,13 @@ def _anthropic_message(plan: Plan, model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_reason": _ANTHROPIC_STOP.get(reply.finish(), "end_turn"),
         "stop_sequence": None,
         "usage": _anthropic_usage(plan),
     }
+
+
+_ANTHROPIC_STOP = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 
 
 def _anthropic_events(plan: Plan, model: str, *, budget: int | None) -> Iterator[str]:
@@ -241,7 +244,7 @@ def _anthropic_events(plan: Plan, model: str, *, budget: int | None) -> Iterator
         return
     if text_open:
         yield event("content_block_stop", {"index": 0})
-    stop = "tool_use" if plan.reply.tool_calls else "end_turn"
+    stop = _ANTHROPIC_STOP.get(plan.reply.finish(), "end_turn")
     usage = {"output_tokens": plan.usage.completion_tokens}
     yield event(
         "message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage}
