@@ -462,14 +462,14 @@ class Agent:
 
         git = self.git
         try:
-            ensure_history(git)
-            if not git.available:
-                return
             by_path = {(self.workspace / rel).resolve(): rel for rel in git.tracked}
             touched = {by_path[p] for p in written if p in by_path}
             now = self._memory_snapshot()
             touched = {rel for rel in touched if now.get(rel) != before.get(rel)}
             if not touched:
+                return  # no memory file changed: nothing to version (and no history to start)
+            ensure_history(git)
+            if not git.available:
                 return
             git.commit("manual: edits before chat", contents={rel: before[rel] for rel in touched})
             git.commit(f"memory: edited in chat ({key})")  # the manual commit holds the rest
