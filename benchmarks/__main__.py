@@ -9,7 +9,9 @@ Steps (each measurement in a fresh child process; see docs/performance.md):
 3. cold starts of ``hippobot agent -m`` and ``-X importtime`` (:mod:`benchmarks.coldstart`);
 4. a lifecycle run from an empty session with Dream every 100 turns: prompt-cache reuse and
    the requests consolidation and Dream add;
-5. ``benchmarks/recall_bench.py --small``, when present.
+5. ``benchmarks/recall_bench.py --small``, when present;
+6. a 4,096-token window over 100 turns with planted facts and a correction
+   (:mod:`benchmarks.small_window`): consolidations per 100 turns, facts reachable.
 
 The table is printed and everything goes to ``benchmarks/results/bench.json`` (or ``--out``).
 """
@@ -174,6 +176,21 @@ def _recall(work: Path) -> dict[str, Any]:
     return json.loads(out.read_text(encoding="utf-8"))
 
 
+def _small_window(plan: Plan, work: Path) -> dict[str, Any]:
+    turns = 40 if plan.quick else 100
+    _log(f"small window: {turns} turns in 4,096 tokens (benchmarks.small_window)")
+    out = work / "small_window.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.small_window", "--turns", str(turns),
+                           "--extra-facts", "12" if plan.quick else "30", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=900)
+    if proc.returncode != 0 or not out.exists():
+        return {"skipped": f"benchmarks.small_window failed: {proc.stderr.strip()[-300:]}"}
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
 def _goals(result: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     turns = result["turns"]
     worst_p50 = max(s["overhead_p50_ms"]["median"] for s in turns.values())
@@ -188,7 +205,17 @@ def _goals(result: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     cold_largest = result["cold_start"]["by_messages"].get(str(2 * plan.sizes[-1]), cold)
     rss = turns[largest]["rss_peak_mb"]["median"]
     cli_rss = cold_largest["peak_rss_mb"]["median"]
+    small = result.get("small_window") or {}
+    small_goals = [] if "turns" not in small else [
+        {"goal": "4k window: <= 25 consolidations per 100 turns, no request over budget",
+         "measured": f"{small['consolidations_per_100_turns']}; {small['over_budget_requests']} over",
+         "met": small["consolidations_per_100_turns"] <= 25 and small["over_budget_requests"] == 0},
+        {"goal": "4k window: every planted fact reachable at the end, the correction current",
+         "measured": f"{small['facts_reachable']}/{small['facts_planted']}; {small['correction_current']}",
+         "met": small["facts_reachable"] == small["facts_planted"] and small["correction_current"]},
+    ]
     return [
+        *small_goals,
         {"goal": "agent overhead p50 < 5 ms at every N", "measured": f"worst {worst_p50:.2f} ms",
          "met": worst_p50 < 5},
         {"goal": f"no growth with N: p50({int(largest):,})/p50({lo:,}) <= 1.25 (same window)",
@@ -230,6 +257,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         "meta": meta, "pregenerated": {str(k): v for k, v in made.items()},
         "turns": turns, "growth": growth, "http": http, "cold_start": cold, "imports": imports,
         "lifecycle": report.lifecycle_summary(life), "recall": _recall(work),
+        "small_window": _small_window(plan, work),
     }
     result["goals"] = _goals(result, plan)
     meta["loadavg_end"] = _loadavg()

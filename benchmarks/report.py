@@ -224,6 +224,13 @@ def render(result: dict[str, Any]) -> str:
                 f"{rec['workspace']['session_messages']:,} messages)"]
     elif rec:
         out += ["", f"Memory search: {rec.get('skipped', 'not measured')}"]
+    small = result.get("small_window")
+    if small and "turns" in small:
+        from benchmarks.small_window import describe
+
+        out += ["", "Small window (benchmarks.small_window): " + describe(small)]
+    elif small:
+        out += ["", f"Small window: {small.get('skipped', 'not measured')}"]
     out += ["", "Goals"]
     out.append(table(["goal", "measured", "met"],
                      [[g["goal"], g["measured"], "yes" if g["met"] else "NO"] for g in result["goals"]]))

@@ -92,11 +92,21 @@ async def test_context_command_lists_sections_with_tokens(make_agent, scripted_m
     assert scripted_model.requests == []
 
 
-async def test_recent_history_is_scoped_to_the_session(make_agent, scripted_model):
+async def test_recent_history_shares_durable_facts_unless_chats_are_kept_apart(make_agent, scripted_model):
     agent = make_agent()
-    agent.memory.append_history("- [permanent] Alice likes tea", session_key="telegram:alice")
+    agent.memory.append_history(
+        "- [permanent] Alice likes tea\n- [ephemeral] Alice is busy today", session_key="telegram:alice"
+    )
     agent.memory.append_history("- [permanent] Bob likes coffee", session_key="cli:direct")
     scripted_model.reply("ok")
     await agent.turn("cli:direct", "hi")
     system = scripted_model.requests[0].messages[0]["content"]
+    # another chat's durable facts reach this one; its passing remarks do not
+    assert "Bob likes coffee" in system and "Alice likes tea" in system
+    assert "busy today" not in system
+
+    agent.settings.defaults.see_other_sessions = False
+    scripted_model.reply("ok")
+    await agent.turn("cli:direct", "hi again")
+    system = scripted_model.requests[-1].messages[0]["content"]
     assert "Bob likes coffee" in system and "Alice likes tea" not in system

@@ -64,11 +64,10 @@ def test_nanobot_only_sections_are_reported_once_as_not_used(tmp_path):
     assert len(warnings) == 1
     line = warnings[0]
     assert line.startswith(f"{path}: nanobot settings not used by hippobot")
-    for section in (
-        "agents.defaults.botName", "agents.defaults.dream.maxBatchSize", "channels", "gateway",
-        "tools.web", "mcpServers", "providers.custom.apiType",
-    ):
-        assert section in line
+    assert line.endswith(
+        "agents.defaults.botName, agents.defaults.dream.maxBatchSize, channels, gateway, "
+        "mcpServers, tools.web, providers.custom.apiType"
+    )
     # Nested keys of an unused section are not listed one by one.
     assert "channels.telegram" not in line and "heartbeat" not in line
 
@@ -85,3 +84,23 @@ def test_a_config_with_unknown_keys_does_not_stop_any_command(tmp_path):
         assert "Traceback" not in out.stderr
         assert "unknown key agents.defaults.maxTokenz ignored; did you mean maxTokens?" in out.stderr
         assert out.stderr.count("not used by hippobot") == 1
+
+
+def test_nanobot_preset_and_provider_extras_are_known_and_collapsed(tmp_path):
+    path = write(tmp_path / "config.json", {
+        "modelPresets": {"a": {"model": "m", "reasoningEffort": "low"}, "b": {"model": "n", "reasoningEffort": None}},
+        "providers": {"openai": {"apiType": "auto"}, "groq": {"apiType": "auto"}, "ollama": {"proxy": "x"}},
+    })
+    _config, warnings = load_config(path)
+    assert warnings == [
+        f"{path}: nanobot settings not used by hippobot (ignored): modelPresets.a.reasoningEffort, "
+        "providers.*.apiType, providers.ollama.proxy"
+    ]
+
+
+def test_many_sibling_settings_are_grouped_on_the_line():
+    from hippobot.config.keys import group_paths
+
+    assert group_paths(["channels", "tools.web", "tools.file", "agents.defaults.botName", "api"]) == (
+        "channels, api, tools.{web, file}, agents.defaults.botName"
+    )

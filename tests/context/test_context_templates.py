@@ -49,7 +49,10 @@ def test_starter_config_has_only_whole_line_comments_and_parses():
         assert set(provider) == {"apiKey", "apiBase", "extraHeaders"}
         assert not provider["apiKey"]  # a placeholder, never something that looks like a key
     assert data["tools"]["restrictToWorkspace"] is True and "timeout" in data["tools"]["exec"]
-    assert set(data["serve"]) == {"host", "port", "apiKey", "users", "trustUserHeader"}
+    assert set(data["serve"]) == {
+        "host", "port", "apiKey", "users", "trustUserHeader", "corsOrigins", "allowedHosts",
+        "maxBodyBytes",
+    }
 
 
 def test_starter_config_loads_without_warnings(tmp_path):

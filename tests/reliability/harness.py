@@ -53,8 +53,9 @@ __all__ = [
 
 _MARKER = re.compile(r"<<M:[A-Za-z0-9_.-]+>>")
 _ENTRY = re.compile(r"^\[#(\d+) ", re.M)
-_FINDING = re.compile(r"^\[MEMORY\] (remembered entry #\d+)$", re.M)
-_FACT_LINE = re.compile(r"^- remembered entry #(\d+)$")
+_FINDING = re.compile(r"^\[MEMORY\] (remembered entry #\d+(?:: .*)?)$", re.M)
+_FACT_LINE = re.compile(r"^- remembered entry #(\d+)(?:: .*)?$")
+_DURABLE = re.compile(r"^\s*(?:\[#\d+ [^\]]*\] )?- \[(?:permanent|durable|correction)\] (.+)$", re.M)
 PHASE1 = "## Task: analysis"
 PHASE2 = "## Task: apply the findings"
 
@@ -132,7 +133,8 @@ class WorkspaceModel(ScriptedModel):
     """Answers from the request alone (queued steps still win, for fault injection).
 
     * consolidation requests: :func:`hippobot.testing.archivist.archivist`;
-    * Dream phase 1: one ``[MEMORY] remembered entry #N`` finding per entry shown;
+    * Dream phase 1: one ``[MEMORY] remembered entry #N: <its durable facts>`` finding per
+      entry shown (Dream only moves its cursor past facts a file states);
     * Dream phase 2: one ``edit_file`` that inserts the findings before :data:`FACT_END` in
       memory/MEMORY.md, then a one-line answer;
     * a user message carrying :data:`TOOLS_FLAG`: ``write_file`` + ``read_file`` of a note
@@ -180,7 +182,13 @@ class WorkspaceModel(ScriptedModel):
             return "consolidate", _Reply(text=archivist(request))
         if first_user.startswith(PHASE1) or PHASE1 in first_user:
             history = first_user.split("## Conversation history", 1)[-1]
-            lines = [f"[MEMORY] remembered entry #{n}" for n in _ENTRY.findall(history)]
+            # the entry's facts go with it: Dream must write what it consumes
+            lines = []
+            for block in re.split(r"(?m)^(?=\[#\d+ )", history):
+                m = _ENTRY.match(block)
+                if m is not None:
+                    facts = "; ".join(_DURABLE.findall(block))
+                    lines.append(f"[MEMORY] remembered entry #{m.group(1)}" + (f": {facts}" if facts else ""))
             return "dream-analyse", _Reply(text="\n".join(lines) or "[SKIP] nothing new")
         if PHASE2 in first_user:
             if messages[-1].get("role") == "tool":

@@ -77,7 +77,10 @@ async def test_dream_edits_only_the_three_memory_files(make_agent, scripted_mode
                        "new_text": anchor + "\n- Drinks green tea"}),
     ]
     _pending_entry(agent)
-    protected = _snapshot(ws, skip=(".git", ".hippobot", "USER.md", ".dream_cursor"))
+    # history.jsonl changes too: once processed, the entry moves to the archive file
+    history_files = ("history.jsonl", "history.archive.jsonl")
+    protected = _snapshot(ws, skip=(".git", ".hippobot", "USER.md", ".dream_cursor", *history_files))
+    entry = (ws / "memory" / "history.jsonl").read_bytes()
     await _dream_with_edits(agent, scripted_model, calls)
 
     results = _edit_results(scripted_model)
@@ -85,7 +88,8 @@ async def test_dream_edits_only_the_three_memory_files(make_agent, scripted_mode
     for (name, args), text in zip(calls[:-1], results[:-1], strict=True):
         assert text.startswith("Error"), f"{name} {args.get('path', args)} was allowed: {text}"
     assert results[-1].startswith("Edited USER.md")
-    assert _snapshot(ws, skip=(".git", ".hippobot", "USER.md", ".dream_cursor")) == protected
+    assert _snapshot(ws, skip=(".git", ".hippobot", "USER.md", ".dream_cursor", *history_files)) == protected
+    assert (ws / "memory" / "history.archive.jsonl").read_bytes() == entry
     assert outside.read_text() == "not yours\n"
     assert "- Drinks green tea" in (ws / "USER.md").read_text()
     assert "PWNED" not in (ws / "USER.md").read_text()

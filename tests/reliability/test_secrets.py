@@ -96,6 +96,7 @@ async def test_no_key_is_stored_or_logged_anywhere(tmp_path, scripted_server, sc
     await agent.consolidator.archive_until(session, len(session.messages))
     scripted_model.reply(f"[USER] has a GitHub token {PATTERNS[0]}")
     scripted_model.reply("Nothing to change.")
+    scripted_model.reply("Nothing to change.")  # asked again about the facts it did not write
     await agent.dream.run()
     # 4. The endpoint rejects the key and echoes it back.
     scripted_model.fail(401, body={"error": {

@@ -88,7 +88,10 @@ def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_serve
     seen: list[str] = []
     try:
         url = wait_line(lines, r"listening on (http://127\.0\.0\.1:\d+/v1)", seen).group(1)
-        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        token = wait_line(lines, r"memory page: http://127\.0\.0\.1:\d+/\?token=(\S+)", seen).group(1)
+        with pytest.raises(openai.AuthenticationError):  # loopback alone is no key
+            openai.OpenAI(base_url=url, api_key="none", max_retries=0).models.list()
+        client = openai.OpenAI(base_url=url, api_key=token, max_retries=0)
         reply = client.chat.completions.create(
             model="hippobot", user="proc", messages=[{"role": "user", "content": "ping"}]
         )
@@ -103,5 +106,7 @@ def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_serve
         proc.stderr.close()
 
     assert any("will not listen on 0.0.0.0" in line for line in seen)
+    token_file = agent.settings.home / "serve-token"
+    assert token_file.read_text().strip() == token and token_file.stat().st_mode & 0o777 == 0o600
     assert reply.choices[0].message.content == "heard: ping"
     assert session_messages(agent, "api:proc") == [("user", "ping"), ("assistant", "heard: ping")]

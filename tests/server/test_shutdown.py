@@ -86,7 +86,7 @@ def test_the_server_runs_the_memory_schedules_and_stops_them(serve, make_agent):
     tasks = srv.app.state.schedulers
 
     names = sorted(t.get_name() for t in tasks)
-    assert names == ["dream-schedule", "idle-compaction", "resume-archives"]
+    assert names == ["dream-auto", "dream-schedule", "idle-compaction", "resume-archives"]
     loops = [t for t in tasks if t.get_name() != "resume-archives"]
     assert not any(t.done() for t in loops)
     srv.stop()

@@ -29,6 +29,7 @@ from hippobot.config import Settings
 from hippobot.context import tokens
 from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_prompt
 from hippobot.context.loader import WorkspaceFiles
+from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
 from hippobot.errors import ProviderError, StorageError, UserError
@@ -115,6 +116,7 @@ class Agent:
         self._wire_cache: dict[str, dict[int, tuple[Message, dict[str, Any]]]] = {}
         self._secrets = settings.secrets()
         self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
+        self._window_checked = False
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
@@ -195,9 +197,7 @@ class Agent:
 
     def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
         channel, _ = split_key(session.key)
-        recent = self.memory.read_history(
-            after=self.memory.dream_cursor(), session_key=session.key
-        )
+        selection = self.recent_history(session.key)
         summary = session.summary.text if session.summary else None
         inputs = PromptInputs(
             workspace=self.workspace,
@@ -205,13 +205,26 @@ class Agent:
             bootstrap=self.files.bootstrap(),
             memory=self.files.memory(),
             skills=self.skills.skills(),
-            recent_history=recent,
+            recent_history=selection.entries,
             archived_summary=summary,
             tool_names=tuple(tool_names),
             channel=channel,
             model=self.model_label(),
+            max_history_tokens=self.budget.history_tokens,
+            recent_history_note=selection.note,
         )
         return build_system_prompt(inputs)
+
+    def recent_history(self, key: str) -> RecentSelection:
+        """What ``# Recent History`` shows in session ``key``: pending archive entries of
+        this session and the durable lines of the others' (context.recent)."""
+        pending = self.memory.read_history(after=self.memory.dream_cursor())
+        return select_recent_history(
+            [RecentEntry(e.cursor, e.timestamp, e.content, e.session_key) for e in pending],
+            session_key=key,
+            include_other_sessions=self.settings.defaults.see_other_sessions,
+            max_tokens=self.budget.history_tokens,
+        )
 
     def model_label(self) -> str:
         """The model name for display: configured or not, never an error."""
@@ -264,6 +277,11 @@ class Agent:
         msg: Message = {"role": "user", "content": content, "_runtime_context": marker}
         if media:
             msg["media"] = [str(Path(p).expanduser().resolve()) for p in media]
+        return msg
+
+    def _counted_user_message(self, key: str, text: str, media: Sequence[str]) -> Message:
+        msg = self.user_message(key, text, media)
+        tokens.count_message(msg)  # cached: the prompt budget counts it again for free
         return msg
 
     def redact(self, text: str) -> str:
@@ -323,15 +341,17 @@ class Agent:
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
-            await self.sessions.append(session, self.user_message(key, text, media))
+            # Redacting and counting a long message take a while: not on the event loop.
+            user = await asyncio.to_thread(self._counted_user_message, key, text, media)
+            await self.sessions.append(session, user)
             messages, registry = self.build_request_messages(session)
             runner = Runner(
                 provider=self.provider,
                 model=self.model,
                 tools=registry,
                 max_iterations=self.settings.defaults.max_tool_iterations,
-                max_tokens=min(max_tokens or self.settings.defaults.max_tokens,
-                               self.settings.defaults.max_tokens),
+                # a request's own cap never raises the reply reserve the budget kept free
+                max_tokens=min(max_tokens or self.budget.reply_reserve, self.budget.reply_reserve),
                 temperature=self.settings.defaults.temperature,
                 max_tool_result_chars=self.settings.defaults.max_tool_result_chars,
                 stop=tuple(stop),
@@ -409,6 +429,7 @@ class Agent:
                 self.jobs.schedule(key, lambda: self.consolidator.archive_until(session, fresh))
         if not self.budget.enabled:
             return
+        self.check_window(session)
         if self.consolidator.idle_due(session):
             await self.consolidator.compact_idle(session)
         if self.consolidator.estimate(session) >= self.budget.input:
@@ -476,8 +497,37 @@ class Agent:
         except Exception as exc:  # versioning must never break a chat
             log.warning("could not version the memory edit: %s", exc)
 
+    def fixed_prompt_tokens(self, session: Session) -> int:
+        """Tokens every request carries whatever the memory: identity, tool contract, skills
+        list, tool schemas, plus the consolidation instruction its archive requests append."""
+        from hippobot.prompts import render
+
+        registry = self.tools_for(session.key)
+        system = self.system_prompt(session, registry.names())
+        fixed = sum(
+            tokens.count_text(s.text) + 4
+            for s in system.sections
+            if s.name in ("identity", "tool_contract", "skills", "active_skills")
+        )
+        instruction = render("consolidate.md", count=99, last_excerpt="x" * 60)
+        return fixed + tokens.count_tools(registry.schemas()) + tokens.count_text(instruction)
+
+    def check_window(self, session: Session) -> None:
+        """A ConfigError naming the smallest workable window when the fixed prompt leaves no
+        room for a conversation (checked once per process)."""
+        if self._window_checked or not self.budget.enabled:
+            return
+        from hippobot.agent.budget import check_window
+
+        check_window(
+            self.budget, self.fixed_prompt_tokens(session),
+            "identity, tool contract, skills list, tool schemas, archive instruction",
+            config_path=str(self.settings.config_path),
+        )
+        self._window_checked = True
+
     def _after_turn(self, session: Session) -> None:
-        if self.budget.enabled and self.consolidator.estimate(session) >= self.budget.trigger:
+        if self.consolidator.due(session):
             self.jobs.schedule(
                 f"consolidate:{session.key}", lambda: self.consolidator.consolidate_locked(session.key)
             )

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hippobot.agent.budget import BudgetSplit
 from hippobot.context import tokens
 from hippobot.context.builder import SystemPrompt
 from hippobot.context.loader import BOOTSTRAP_FILES
@@ -55,6 +56,7 @@ class ContextReport:
     total_tokens: int
     messages: list[dict[str, Any]] = field(default_factory=list)
     sources: list[SourceRow] = field(default_factory=list)
+    budget: BudgetSplit | None = None
 
     def to_json(self, *, full: bool = False) -> str:
         data = asdict(self)
@@ -82,6 +84,8 @@ class ContextReport:
             f"input budget {budget} tokens = context window {self.context_window} − reply "
             "reserve − safety margin" if budget else "token budget: off (contextWindowTokens is 0)",
         ]
+        if self.budget is not None and budget:
+            lines += ["", *_split_lines(self.budget)]
         if full:
             lines.append("")
             lines.append("Messages that would be sent:")
@@ -92,6 +96,24 @@ class ContextReport:
                 if m.get("tool_calls"):
                     lines.append(json.dumps(m["tool_calls"], ensure_ascii=False))
         return "\n".join(lines)
+
+
+def _split_lines(b: BudgetSplit) -> list[str]:
+    w = b.context_window
+
+    def row(name: str, n: int, note: str = "") -> str:
+        return f"  {name:<18} {n:>8,} {_pct(n, w):>7}" + (f"   {note}" if note else "")
+
+    return [
+        f"How the {w:,}-token window is split:",
+        row("fixed prompt", b.fixed, "identity, tool contract, skills list, tool schemas"),
+        row("memory files", b.memory_files, "AGENTS.md, SOUL.md, USER.md, MEMORY.md as shown"),
+        row("Recent History", b.recent_history, f"of a {b.recent_history_share:,}-token share"),
+        row("conversation", b.conversation,
+            f"of {b.conversation_room:,} room; archived from {b.trigger:,} down to {b.target:,} prompt tokens"),
+        row("reply reserve", b.reply_reserve),
+        row("safety margin", b.margin),
+    ]
 
 
 def _pct(n: int, budget: int) -> str:
@@ -192,6 +214,24 @@ def context_report(agent: Agent, key: str) -> ContextReport:
     budget = agent.budget.input
     sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
     sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
+    system_tokens, schema_tokens = measured.system_tokens, measured.schema_tokens
+    history_tokens = measured.history_tokens
+    split = None
+    if agent.budget.enabled:
+        by_name = dict(sizes)
+        fixed = sum(by_name.get(n, 0) for n in ("identity", "tool_contract", "skills", "active_skills"))
+        fixed += schema_tokens
+        memory_files = by_name.get("bootstrap", 0) + by_name.get("memory", 0)
+        overhead = system_tokens + schema_tokens
+        b = agent.budget
+        split = BudgetSplit(
+            context_window=b.context_window, reply_reserve=b.reply_reserve, margin=b.margin,
+            input=b.input, fixed=fixed, memory_files=memory_files,
+            recent_history=by_name.get("recent_history", 0) + by_name.get("archived_summary", 0),
+            recent_history_share=b.history_tokens, conversation=history_tokens,
+            conversation_room=max(0, b.input - overhead),
+            trigger=b.trigger_for(overhead), target=b.target_for(overhead),
+        )
     return ContextReport(
         session=key,
         model=agent.model_label(),
@@ -206,6 +246,7 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         total_tokens=measured.total,
         messages=[{"role": "system", "content": system.text}, *wire],
         sources=_sources(agent, system),
+        budget=split,
     )
 
 

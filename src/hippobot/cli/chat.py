@@ -228,9 +228,24 @@ async def piped(agent: Agent, key: str, lines: TextIO) -> int:
 
 
 async def _finish(agent: Agent) -> None:
-    """Let background archiving finish (bounded); what does not finish resumes next start."""
+    """Let background archiving finish (bounded); what does not finish resumes next start.
+
+    Then, if pending facts are about to outgrow Recent History, start Dream detached, so
+    a one-shot run never makes the user wait for it (lifecycle.autodream).
+    """
     with contextlib.suppress(Exception):
         await agent.aclose(timeout=60.0)
+    with contextlib.suppress(Exception):
+        _dream_if_due(agent)
+
+
+def _dream_if_due(agent: Agent) -> None:
+    from hippobot.lifecycle.autodream import dream_due, spawn_background_dream
+
+    if not agent.settings.defaults.dream.auto or not agent.settings.model_configured():
+        return
+    if dream_due(agent.memory, agent.budget.history_tokens) is not None:
+        spawn_background_dream(agent.workspace)
 
 
 async def interactive(agent: Agent, key: str) -> int:

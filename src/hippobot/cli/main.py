@@ -180,9 +180,12 @@ def dream(
     workspace: WorkspaceOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
     json_out: JsonOpt = False,
+    background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
     """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
 
+    Prints what became of every durable fact: written (file:line), already known, or
+    rejected with a reason; entries left pending say why (see `memory history --pending`).
     Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
     running, with the reason on stderr.
     """
@@ -198,12 +201,18 @@ def dream(
             await bot.aclose(timeout=5.0)
 
     result = asyncio.run(run())
-    if json_out:
+    if background:
+        from datetime import datetime
+
+        stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        sys.stderr.write(f"[{stamp}] {result.describe(SHELL_HINTS)}\n")
+    elif json_out:
         _print_json(result.to_dict())
     elif result.ok:
         sys.stdout.write(result.describe(SHELL_HINTS) + "\n")
     if not result.ok:
-        sys.stderr.write(f"error: {result.describe(SHELL_HINTS)}\n")
+        if not background:
+            sys.stderr.write(f"error: {result.describe(SHELL_HINTS)}\n")
         raise typer.Exit(1)
 
 
@@ -213,7 +222,11 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions)."""
+    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions).
+
+    Clients need a key even on loopback: serve.apiKey / HIPPOBOT_SERVE_KEY, else the
+    token in <home>/serve-token, printed at start-up with the memory page's login URL.
+    """
     from hippobot.server.run import run_server
 
     settings = _settings(workspace)
@@ -221,10 +234,11 @@ def serve(
     run_server(settings, host=host, port=port)
 
 
-from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402  (registers commands)
+from hippobot.cli import import_cmd as _import_cmd  # noqa: E402  (registers commands)
+from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 
-__all__ += ["_memory_cmds", "_sessions_cmds"]
+__all__ += ["_import_cmd", "_memory_cmds", "_sessions_cmds"]
 
 
 def main() -> None:

@@ -37,19 +37,40 @@ def history(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """The archive of summarised conversation (memory/history.jsonl)."""
+    """The archive of summarised conversation (memory/history.jsonl and the entries Dream
+    processed, in memory/history.archive.jsonl). With --pending: what waits for Dream, and why."""
+    from hippobot.lifecycle.dream import read_pending_reasons
     from hippobot.memory.store import MemoryStore
 
-    store = MemoryStore(_settings(workspace).workspace)
-    after = store.dream_cursor() if pending else 0
-    entries = store.read_history(after=after, session_key=session, limit=limit or None)
+    ws = _settings(workspace).workspace
+    store = MemoryStore(ws)
+    dream_cursor = store.dream_cursor()
+    after = dream_cursor if pending else 0
+    entries = store.read_history(after=after, session_key=session)
+    if not pending:
+        live = {e.cursor for e in entries}
+        older = [e for e in store.read_archive() if e.cursor not in live]
+        if session is not None:
+            older = [e for e in older if e.session_key == session]
+        entries = older + entries
+    if limit:
+        entries = entries[-limit:]
+    held = read_pending_reasons(ws)
+
+    def waiting(cursor: int) -> str | None:
+        if cursor <= dream_cursor:
+            return None
+        for h in held:
+            if h.first <= cursor <= h.last:
+                return h.reason
+        return "not processed yet: Dream has not run since it was archived"
+
     if json_out:
-        _print_json([{**e.to_dict(), "pending": e.cursor > store.dream_cursor()} for e in entries])
+        _print_json([{**e.to_dict(), "pending": e.cursor > dream_cursor, "waiting": waiting(e.cursor)} for e in entries])
         return
     if not entries:
         sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")
         return
-    dream_cursor = store.dream_cursor()
     for e in entries:
         mark = "*" if e.cursor > dream_cursor else " "
         where = e.session_key or "-"
@@ -60,6 +81,9 @@ def history(
         sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({where})\n")
         for line in e.content.splitlines():
             sys.stdout.write(f"    {line}\n")
+        why = waiting(e.cursor)
+        if pending and why:
+            sys.stdout.write(f"    (waiting: {why})\n")
     sys.stdout.write("(* = waiting for Dream)\n")
 
 

@@ -13,7 +13,10 @@ from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, ses
 from hippobot.errors import UserError
 from hippobot.messages import Message, public_text
 
-__all__ = ["public_messages"]
+__all__ = ["INTERNAL_PREFIXES", "public_messages"]
+
+# Sessions nanobot writes for itself (one per Dream run): not conversations a person had.
+INTERNAL_PREFIXES = ("dream:",)
 
 
 def _store(workspace):
@@ -46,18 +49,27 @@ def public_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 
 @sessions_app.command("list")
-def list_sessions(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+def list_sessions(
+    workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Include nanobot's internal Dream sessions.")] = False,
+) -> None:
     """List conversations, newest first."""
     infos = sorted(_store(workspace).list(), key=lambda i: i.updated_at or "", reverse=True)
+    internal = [i for i in infos if i.key.startswith(INTERNAL_PREFIXES)]
+    if not show_all:
+        infos = [i for i in infos if not i.key.startswith(INTERNAL_PREFIXES)]
     if json_out:
         _print_json([{**asdict(i), "path": str(i.path)} for i in infos])
         return
-    if not infos:
+    if not infos and not internal:
         sys.stdout.write("No sessions yet. Start one with `hippobot agent`.\n")
         return
     for i in infos:
         when = (i.updated_at or "")[:16].replace("T", " ")
         sys.stdout.write(f"{i.key:<28} {i.message_count:>6} msgs  {when:<16}  {i.preview}\n")
+    if internal and not show_all:
+        sys.stdout.write(f"({len(internal)} internal nanobot Dream session(s) hidden; --all shows them)\n")
 
 
 @sessions_app.command("show")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel
 
-__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "normalise_key", "walk_keys"]
+__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "group_paths", "known_subset", "normalise_key", "walk_keys"]
 
 # nanobot's config keys (0.2.x and 0.3.x) that hippobot does not use, as a tree: a leaf
 # (None) covers the key and everything under it. camelCase, as nanobot writes them.
@@ -59,8 +59,19 @@ NANOBOT_ONLY: _NanobotTree = {
         "maxSessionMessagesPerMinute": None,
         "webuiAllowLocalServiceAccess": None,
         "webuiAllowRemotePackageInstall": None,
-        "exec": {"enable": None, "pathAppend": None, "sandbox": None, "allowedEnvKeys": None},
+        "exec": {
+            "enable": None,
+            "pathAppend": None,
+            "pathPrepend": None,
+            "sandbox": None,
+            "sandboxRoBinds": None,
+            "sandboxRwBinds": None,
+            "allowPatterns": None,
+            "denyPatterns": None,
+            "allowedEnvKeys": None,
+        },
     },
+    "*preset": {"reasoningEffort": None},
     "*provider": {
         "displayName": None,
         "apiType": None,
@@ -72,6 +83,10 @@ NANOBOT_ONLY: _NanobotTree = {
         "profile": None,
     },
 }
+
+
+# Fields holding named entries, and the part of NANOBOT_ONLY that describes one entry.
+_ITEM_TREES = {"providers": "*provider", "model_presets": "*preset"}
 
 
 def normalise_key(key: str) -> str:
@@ -141,7 +156,27 @@ def walk_keys(data: Mapping[str, Any], model: type[BaseModel]) -> KeyReport:
     unknown: list[tuple[str, str | None]] = []
     nanobot: list[str] = []
     _walk(data, model, "", NANOBOT_ONLY, unknown, nanobot)
-    return KeyReport(tuple(unknown), tuple(nanobot))
+    return KeyReport(tuple(unknown), _collapse_providers(nanobot))
+
+
+def _collapse_providers(paths: list[str]) -> tuple[str, ...]:
+    """``providers.a.apiType, providers.b.apiType`` -> ``providers.*.apiType`` (nanobot writes
+    every provider's defaults into its file)."""
+    by_leaf: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split(".")
+        if len(parts) == 3 and parts[0] in ("providers", "modelPresets"):
+            by_leaf.setdefault(f"{parts[0]}.{parts[2]}", []).append(path)
+    out: list[str] = []
+    for path in paths:
+        parts = path.split(".")
+        if len(parts) == 3 and len(by_leaf.get(f"{parts[0]}.{parts[2]}", ())) > 1:
+            star = f"{parts[0]}.*.{parts[2]}"
+            if star not in out:
+                out.append(star)
+        else:
+            out.append(path)
+    return tuple(out)
 
 
 def _walk(
@@ -170,7 +205,7 @@ def _walk(
         if kind == "model":
             _walk(value, sub_model, f"{path}.", nb_sub, unknown, nanobot)
         else:
-            item_tree = _nanobot_child(nb_tree, "*provider")[1] if field_name == "providers" else None
+            item_tree = _nanobot_child(NANOBOT_ONLY, _ITEM_TREES.get(field_name, ""))[1]
             for name, item in value.items():
                 if isinstance(item, Mapping):
                     _walk(item, sub_model, f"{path}.{name}.", item_tree, unknown, nanobot)
@@ -195,3 +230,45 @@ def drop_nulls(data: Any) -> Any:
     if isinstance(data, list):
         return [drop_nulls(v) for v in data]
     return data
+
+
+def known_subset(data: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """The part of ``data`` the schema reads, with the user's spelling kept (for writing a
+    config translated from nanobot's: hippobot's keys only, nothing it would warn about)."""
+    names = _field_names(model)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        field_name = names.get(normalise_key(key))
+        if field_name is None or value is None:
+            continue
+        nested = _nested(model.model_fields[field_name].annotation)
+        if nested is not None and isinstance(value, Mapping):
+            kind, sub_model = nested
+            if kind == "model":
+                out[key] = known_subset(value, sub_model)
+            else:
+                out[key] = {
+                    name: known_subset(item, sub_model)
+                    for name, item in value.items()
+                    if isinstance(item, Mapping)
+                }
+        else:
+            out[key] = value
+    return out
+
+
+def group_paths(paths: tuple[str, ...] | list[str]) -> str:
+    """``a.b.x, a.b.y, c`` -> ``a.b.{x, y}, c``: one short line for many sibling keys."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        parent, _, leaf = path.rpartition(".")
+        groups.setdefault(parent, []).append(leaf)
+    parts = []
+    for parent, leaves in groups.items():
+        if not parent:
+            parts += leaves
+        elif len(leaves) == 1:
+            parts.append(f"{parent}.{leaves[0]}")
+        else:
+            parts.append(f"{parent}.{{{', '.join(leaves)}}}")
+    return ", ".join(parts)

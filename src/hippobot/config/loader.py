@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from hippobot.config.keys import KeyReport, drop_nulls, walk_keys
+from hippobot.config.keys import KeyReport, drop_nulls, group_paths, walk_keys
+from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import Config, ProviderConfig
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
 
@@ -83,6 +85,7 @@ class Settings:
         if self.config.serve.api_key:
             keys.append(self.config.serve.api_key)
         keys += [u.api_key for u in self.config.serve.users.values() if u.api_key]
+        keys.extend(_serve_token(self.home))
         return [k for k in keys if len(k) >= 8]
 
     def model_configured(self) -> bool:
@@ -95,6 +98,18 @@ class Settings:
     def model_target(self, *, model: str | None = None) -> ModelTarget:
         """Resolve the endpoint; raises :class:`NoModelConfiguredError` when there is none."""
         return _resolve_target(self, model_override=model)
+
+
+def _serve_token(home: Path) -> list[str]:
+    """The token ``hippobot serve`` made for this install (``<home>/serve-token``), if any."""
+    path = home / "serve-token"
+    try:
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_size < 1024:
+            return [path.read_text(encoding="utf-8").strip()]
+    except (OSError, UnicodeDecodeError):
+        pass
+    return []
 
 
 # --- config file ------------------------------------------------------------------
@@ -169,7 +184,79 @@ def load_config(path: Path) -> tuple[Config, list[str]]:
         raise ConfigError(
             f"key {key}: {err['msg']}", path=str(path), line=_line_of_key(text, err["loc"])
         ) from exc
+    _apply_preset(config, path, text)
+    _check_values(config, path, text)
     return config, key_warnings(path, walk_keys(data, Config))
+
+
+def _apply_preset(config: Config, path: Path, text: str) -> None:
+    """``modelPreset`` names an entry of ``modelPresets`` whose fields replace the defaults'
+    (as in nanobot, where ``"default"`` means the fields of ``agents.defaults`` themselves).
+    A Dream ``modelOverride`` naming a preset becomes that preset's model."""
+    defaults = config.agents.defaults
+    presets = config.model_presets
+    name = defaults.model_preset
+    if name and name != "default":
+        preset = presets.get(name)
+        if preset is None:
+            known = ", ".join(sorted(presets)) or "none defined"
+            raise ConfigError(
+                f"key agents.defaults.modelPreset: no preset {name!r} under modelPresets "
+                f"({known})",
+                path=str(path), line=_line_of_key(text, ("modelPreset",)),
+            )
+        defaults.model = preset.model
+        defaults.provider = preset.provider
+        defaults.max_tokens = preset.max_tokens
+        defaults.context_window_tokens = preset.context_window_tokens
+        defaults.temperature = preset.temperature
+    dream = defaults.dream
+    if dream.model_override and dream.model_override in presets:
+        dream.model_override = presets[dream.model_override].model
+    elif dream.model_override == "default":
+        dream.model_override = None
+
+
+def _check_values(config: Config, path: Path, text: str) -> None:
+    """Values each valid alone that cannot work together (one line naming the key)."""
+    defaults = config.agents.defaults
+    window = defaults.context_window_tokens
+    preset = defaults.model_preset
+    where = f"modelPresets.{preset}" if preset and preset != "default" else "agents.defaults"
+    if window and defaults.max_tokens >= window:
+        raise ConfigError(
+            f"key {where}.maxTokens: {defaults.max_tokens} leaves no room for the prompt in "
+            f"contextWindowTokens {window}; make maxTokens smaller than the window",
+            path=str(path), line=_line_of_key(text, ("maxTokens",)),
+        )
+    for name, entry in config.model_presets.items():
+        if entry.context_window_tokens and entry.max_tokens >= entry.context_window_tokens:
+            raise ConfigError(
+                f"key modelPresets.{name}.maxTokens: {entry.max_tokens} is not smaller than "
+                f"its contextWindowTokens {entry.context_window_tokens}",
+                path=str(path), line=_line_of_key(text, (name,)),
+            )
+    cron = defaults.dream.cron
+    if cron:
+        from croniter import croniter  # type: ignore[import-untyped]
+
+        if not croniter.is_valid(cron):
+            raise ConfigError(
+                f"key agents.defaults.dream.cron: {cron!r} is not a cron expression "
+                "(five fields, e.g. \"0 */2 * * *\")",
+                path=str(path), line=_line_of_key(text, ("cron",)),
+            )
+    if defaults.timezone:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(defaults.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"key agents.defaults.timezone: unknown time zone {defaults.timezone!r} "
+                "(use an IANA name such as Europe/Paris)",
+                path=str(path), line=_line_of_key(text, ("timezone",)),
+            ) from None
 
 
 def key_warnings(path: Path, report: KeyReport) -> list[str]:
@@ -181,7 +268,7 @@ def key_warnings(path: Path, report: KeyReport) -> list[str]:
     if report.nanobot_only:
         lines.append(
             f"{path}: nanobot settings not used by hippobot (ignored): "
-            + ", ".join(report.nanobot_only)
+            + group_paths(report.nanobot_only)
         )
     return lines
 
@@ -231,22 +318,18 @@ def _infer_provider(settings: Settings, model: str) -> str | None:
         return settings.flags["provider"]
     if env.get("HIPPOBOT_PROVIDER"):
         return env["HIPPOBOT_PROVIDER"]
-    if settings.config.agents.defaults.provider:
-        return settings.config.agents.defaults.provider
+    configured_name = settings.config.agents.defaults.provider
+    if configured_name and configured_name != "auto":
+        found = find_entry(providers, configured_name)
+        return found[0] if found else configured_name
     looks_claude = model.startswith(("claude", "anthropic/"))
     if looks_claude and not model.startswith("anthropic/") and (
         env.get("ANTHROPIC_API_KEY") or "anthropic" in providers
     ):
         return "anthropic"
-    configured = [n for n, p in providers.items() if p.api_key or p.api_base]
-    if len(configured) == 1:
-        return configured[0]
-    if configured:
-        # Several configured: prefer one whose name prefixes the model ("deepseek-chat").
-        for name in configured:
-            if model.startswith(name):
-                return name
-        return configured[0]
+    matched = match_provider(model, providers)
+    if matched:
+        return matched
     if env.get("HIPPOBOT_API_BASE") or env.get("HIPPOBOT_API_KEY"):
         return "openai"
     if env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL"):
@@ -267,11 +350,20 @@ def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelT
     name = _infer_provider(settings, model or "")
     if not model or not name:
         raise NoModelConfiguredError()
-    kind: Literal["openai", "anthropic"] = "anthropic" if name == "anthropic" else "openai"
-    pconf = settings.config.providers.get(name, ProviderConfig())
+    spec = find_spec(name)
+    if spec is not None and spec.backend == "unsupported":
+        raise UserError(
+            f"provider {name!r} needs an API hippobot does not speak: use an OpenAI-compatible "
+            f"or Anthropic endpoint (set agents.defaults.provider in {settings.config_path})"
+        )
+    kind: Literal["openai", "anthropic"] = (
+        "anthropic" if spec is not None and spec.backend == "anthropic" else "openai"
+    )
+    found = find_entry(settings.config.providers, name)
+    pconf = found[1] if found else ProviderConfig()
     api_base = env.get("HIPPOBOT_API_BASE") or (
         env.get("OPENAI_BASE_URL") if name == "openai" else None
-    ) or pconf.api_base or KNOWN_ENDPOINTS.get(name)
+    ) or pconf.api_base or KNOWN_ENDPOINTS.get(name) or (spec.api_base if spec else None)
     if name not in KNOWN_ENDPOINTS and not api_base:
         raise UserError(
             f"provider {name!r} has no apiBase: set providers.{name}.apiBase in "
@@ -280,7 +372,8 @@ def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelT
     vendor_key_var = "ANTHROPIC_API_KEY" if kind == "anthropic" else "OPENAI_API_KEY"
     api_key = env.get("HIPPOBOT_API_KEY") or pconf.api_key or env.get(vendor_key_var)
     if not api_key:
-        if name in _LOCAL_PROVIDERS or (api_base and _LOCAL_HOST.match(api_base)):
+        local = name in _LOCAL_PROVIDERS or (spec is not None and (spec.local or spec.direct))
+        if local or (api_base and _LOCAL_HOST.match(api_base)):
             api_key = "not-needed"  # local servers ignore the key but the SDKs require one
         else:
             raise UserError(
@@ -290,7 +383,7 @@ def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelT
     return ModelTarget(
         kind=kind,
         provider=name,
-        model=model,
+        model=wire_model(name, model),
         api_key=api_key,
         api_base=api_base,
         extra_headers=dict(pconf.extra_headers),

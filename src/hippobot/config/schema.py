@@ -16,6 +16,7 @@ __all__ = [
     "Config",
     "DreamConfig",
     "ExecConfig",
+    "ModelPreset",
     "ProviderConfig",
     "ServeConfig",
     "ServeUserConfig",
@@ -24,61 +25,82 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="allow", allow_inf_nan=False
+    )
 
 
 class DreamConfig(_Model):
     enabled: bool = True
     """Run Dream on a schedule while a long-running hippobot process is up."""
-    interval_h: float = Field(2.0, gt=0)
+    interval_h: float = Field(default=2.0, gt=0)
     """Hours between scheduled Dream runs (ignored when ``cron`` is set)."""
     cron: str | None = None
     """A cron expression (in ``timezone``) that replaces ``intervalH``."""
     model_override: str | None = Field(
-        None, validation_alias=AliasChoices("modelOverride", "model_override", "model")
+        default=None, validation_alias=AliasChoices("modelOverride", "model_override", "model")
     )
     """Model to use for Dream runs instead of the agent's model."""
-    max_iterations: int = Field(12, ge=1)
+    max_iterations: int = Field(default=12, ge=1)
     """Tool-call iterations a Dream edit phase may use before it is stopped."""
-    max_tokens_per_run: int = Field(200_000, ge=1000)
+    max_tokens_per_run: int = Field(default=200_000, ge=1000)
     """Prompt + completion tokens a whole Dream run may spend before it is stopped."""
-    batch_size: int = Field(20, ge=1)
+    batch_size: int = Field(default=20, ge=1)
     """History entries per Dream batch (batches repeat until nothing is pending)."""
+    auto: bool = True
+    """Start Dream in the background when the archive's pending facts outgrow Recent
+    History's share of the context window (also after a one-shot ``agent -m``)."""
+
+
+class ModelPreset(_Model):
+    """A named model setup (nanobot's ``modelPresets``); unset fields take nanobot's defaults."""
+
+    model: str
+    provider: str = "auto"
+    max_tokens: int = Field(default=8192, ge=1)
+    context_window_tokens: int = Field(default=200_000, ge=0)
+    temperature: float | None = 0.1
 
 
 class AgentDefaults(_Model):
+    model_preset: str | None = None
+    """Name of an entry under ``modelPresets`` that sets model, provider, contextWindowTokens,
+    maxTokens and temperature (it wins over those keys here)."""
     model: str = ""
     """Model name as the endpoint knows it, e.g. ``gpt-4o-mini`` or ``claude-sonnet-4-5``."""
     provider: str | None = None
-    """Name of the entry under ``providers`` to use (inferred when omitted)."""
+    """Name of the entry under ``providers`` to use (inferred when omitted or ``auto``)."""
     workspace: str | None = None
     """Workspace directory (default ``<home>/workspace``)."""
-    max_tokens: int = Field(8192, ge=1)
+    max_tokens: int = Field(default=8192, ge=1)
     """Tokens reserved for each reply."""
-    context_window_tokens: int = Field(128_000, ge=0)
+    context_window_tokens: int = Field(default=128_000, ge=0)
     """The model's context window; 0 disables token-based consolidation."""
     temperature: float | None = None
-    max_tool_iterations: int = Field(40, ge=1)
+    max_tool_iterations: int = Field(default=40, ge=1)
     """Model↔tool round trips per turn before the agent stops and says so."""
     timezone: str | None = None
     """IANA zone for the runtime context, e.g. ``Europe/Paris`` (default: the machine's)."""
     idle_compact_after_minutes: float = Field(
-        0, ge=0, validation_alias=AliasChoices("idleCompactAfterMinutes", "sessionTtlMinutes")
+        default=0, ge=0, validation_alias=AliasChoices("idleCompactAfterMinutes", "sessionTtlMinutes")
     )
     """Compact a session idle this long (0 = never)."""
-    consolidation_threshold: float = Field(0.8, ge=0.2, le=1.0)
+    consolidation_threshold: float = Field(default=0.8, ge=0.2, le=1.0)
     """Fraction of the input budget at which background consolidation starts; the prompt is
     consolidated before the call only when it would exceed the whole budget."""
-    consolidation_ratio: float = Field(0.5, ge=0.1, le=0.95)
+    consolidation_ratio: float = Field(default=0.5, ge=0.1, le=0.95)
     """Fraction of the input budget consolidation shrinks the prompt to."""
-    max_tool_result_chars: int = Field(16_000, ge=500)
+    max_tool_result_chars: int = Field(default=16_000, ge=500)
     """Tool results longer than this are stored truncated with a marker."""
-    max_history_messages: int = Field(0, ge=0)
+    max_history_messages: int = Field(
+        default=0, ge=0, validation_alias=AliasChoices("maxHistoryMessages", "maxMessages")
+    )
     """Cap on replayed messages (0 = only the token budget applies)."""
-    bootstrap_max_chars: int = Field(20_000, ge=1000)
+    bootstrap_max_chars: int = Field(default=20_000, ge=1000)
     """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
     see_other_sessions: bool = True
-    """Whether memory_search in one chat may return other chats' messages."""
+    """Whether one chat may see other chats: their messages in memory_search, and the durable
+    facts of their not-yet-dreamed archive entries in Recent History."""
     dream: DreamConfig = Field(default_factory=DreamConfig)
 
 
@@ -93,9 +115,9 @@ class ProviderConfig(_Model):
 
 
 class ExecConfig(_Model):
-    timeout: float = Field(60.0, gt=0)
+    timeout: float = Field(default=60.0, gt=0)
     """Seconds before a shell command's whole process group is killed."""
-    max_output_chars: int = Field(16_000, ge=200)
+    max_output_chars: int = Field(default=16_000, ge=200)
 
 
 class ToolsConfig(_Model):
@@ -117,9 +139,20 @@ class ServeUserConfig(_Model):
 
 class ServeConfig(_Model):
     host: str = "127.0.0.1"
-    port: int = Field(8900, ge=0, le=65535)
+    port: int = Field(default=8900, ge=0, le=65535)
     api_key: str | None = None
-    """Bearer token clients must send; without one the server binds to loopback only."""
+    """Bearer token clients must send; without one the server binds to loopback only and
+    uses a token generated per install (``<home>/serve-token``)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names served besides localhost and IP literals (DNS rebinding guard); "*": any."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Web page origins (``https://chat.example``) allowed to call the API; "*": any."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; bigger ones get a 413."""
+    max_connections: int = Field(256, ge=1)
+    """Open connections at most (also kept below the process's file descriptor limit)."""
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds a connection may take to send a request's headers before it is closed."""
     users: dict[str, ServeUserConfig] = Field(default_factory=dict)
     """People with workspaces of their own: ``{"alice": {"apiKey": "..."}}``."""
     trust_user_header: str | None = None
@@ -132,6 +165,8 @@ class Config(_Model):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    model_presets: dict[str, ModelPreset] = Field(default_factory=dict)
+    """Named model setups; ``agents.defaults.modelPreset`` picks one."""
 
     @field_validator("providers", mode="before")
     @classmethod

@@ -18,7 +18,9 @@ Invariants:
 * Deterministic: the same :class:`PromptInputs` give the same bytes. Nothing here reads the
   clock; per-turn data goes into the user message (:mod:`hippobot.context.runtime`) so the
   provider's prompt cache keeps hitting.
-* Recent History keeps the *newest* entries: the oldest are dropped first, never the newest.
+* Recent History shows what :func:`hippobot.context.recent.select_recent_history` chose
+  (durable lines first, within its share of the budget); if it is still over the cap here,
+  the oldest entries are dropped first, never the newest.
 * Model-written text (history entries, the archived summary) is fenced so it cannot pose as
   a section or a runtime block.
 """
@@ -105,6 +107,7 @@ class PromptInputs:
     model: str
     max_history_entries: int = 50
     max_history_tokens: int = 8000
+    recent_history_note: str = ""  # e.g. how many archived facts did not fit (context.recent)
 
 
 # --- sections ------------------------------------------------------------------------
@@ -203,8 +206,10 @@ def _shorten_to(line: str, max_tokens: int) -> str:
     return line + note
 
 
-def _render_history(lines: Sequence[str], omitted: int) -> str:
+def _render_history(lines: Sequence[str], omitted: int, extra: str = "") -> str:
     note = f"({omitted} older entries omitted)\n\n" if omitted else ""
+    if extra:
+        note = f"{extra}\n\n{note}"
     return "# Recent History\n\n" + note + "\n".join(lines)
 
 
@@ -220,14 +225,15 @@ def _recent_history(inputs: PromptInputs) -> str:
     while len(kept) > 1 and total > cap:  # drop the oldest, never the newest
         total -= costs.pop(0)
         kept.pop(0)
-    text = _render_history(kept, len(entries) - len(kept))
+    extra = inputs.recent_history_note
+    text = _render_history(kept, len(entries) - len(kept), extra)
     while len(kept) > 1 and count_text(text) > cap:
         kept.pop(0)
-        text = _render_history(kept, len(entries) - len(kept))
+        text = _render_history(kept, len(entries) - len(kept), extra)
     if count_text(text) > cap:  # the newest entry alone is too big: shorten it
-        overhead = count_text(_render_history([""], len(entries) - 1))
+        overhead = count_text(_render_history([""], len(entries) - 1, extra))
         kept[0] = _shorten_to(kept[0], max(16, cap - overhead))
-        text = _render_history(kept, len(entries) - 1)
+        text = _render_history(kept, len(entries) - 1, extra)
     return text
 
 
@@ -268,6 +274,7 @@ def _inputs_key(inputs: PromptInputs) -> tuple[Any, ...]:
         inputs.model,
         inputs.max_history_entries,
         inputs.max_history_tokens,
+        inputs.recent_history_note,
     )
 
 

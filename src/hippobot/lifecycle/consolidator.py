@@ -102,6 +102,22 @@ class Consolidator:
             + tokens.count_messages(session.messages[start:])
         )
 
+    def overhead(self, session: Session) -> int:
+        """Tokens of the next request that are not conversation: system prompt + tool schemas."""
+        registry = self.agent.tools_for(session.key)
+        system = self.agent.system_prompt(session, registry.names())
+        return tokens.count_text(system.text) + tokens.count_tools(registry.schemas())
+
+    def due(self, session: Session) -> bool:
+        """Whether the session's prompt has reached the consolidation trigger."""
+        budget = self.agent.budget
+        if not budget.enabled:
+            return False
+        estimate = self.estimate(session)
+        if estimate < budget.trigger_for(0):
+            return False  # cheap exit: below the trigger whatever the overhead
+        return estimate >= budget.trigger_for(self.overhead(session))
+
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
         minutes = self.agent.settings.defaults.idle_compact_after_minutes
         if minutes <= 0 or session.replay_start >= len(session.messages):
@@ -120,10 +136,14 @@ class Consolidator:
     async def consolidate_locked(self, key: str) -> int:
         """Background entry point: consolidate a session by key if it is still over budget."""
         session = self.agent.sessions.get(key)
-        return await self.consolidate(session, only_if_over=self.agent.budget.trigger)
+        return await self.consolidate(session, only_if_due=True)
 
-    async def consolidate(self, session: Session, *, only_if_over: int = 0) -> int:
-        """Archive oldest slices until the prompt is under the target; returns entries written."""
+    async def consolidate(self, session: Session, *, only_if_due: bool = False) -> int:
+        """Archive oldest slices until the prompt is at the target; returns entries written.
+
+        The target leaves at least half the conversation's room free (agent.budget), so the
+        next consolidation is several turns away even in a 4,096-token window.
+        """
         async with self._session_lock(session.key):
             with self._file_lock(session.key) as locked:
                 if not locked:
@@ -132,17 +152,19 @@ class Consolidator:
                 self.repair(session)
                 budget = self.agent.budget
                 estimate = self.estimate(session)
-                if only_if_over and estimate < only_if_over:
+                if only_if_due and not self.due(session):
                     return 0
                 written = 0
                 for _ in range(_MAX_ROUNDS):
-                    if estimate <= budget.target:
+                    overhead = self.overhead(session)
+                    target = budget.target_for(overhead)
+                    if estimate <= target:
                         break
                     # Leave room for the summary this round adds to Recent History, or the
                     # estimate lands just over the target and a second round (a second full
                     # request outside the prompt cache) follows.
-                    room = min(2000, budget.target // 10)
-                    end = self._pick_boundary(session, estimate - budget.target + room)
+                    room = min(2000, max(32, (target - overhead) // 8))
+                    end = self._pick_boundary(session, estimate - target + room)
                     if end is None:
                         log.info("session %s: no legal boundary to consolidate at", session.key)
                         break
@@ -295,7 +317,11 @@ class Consolidator:
             last = f"a {slice_msgs[-1].get('role', 'tool')} message"
         instruction = render("consolidate.md", count=count, last_excerpt=last[:60])
         request = [*messages, {"role": "user", "content": instruction}]
-        if tokens.count_messages(request) + tokens.count_tools(registry.schemas()) > self.agent.budget.input + self.agent.budget.max_tokens:
+        # The request must fit the window with its own reply (at most _SUMMARY_REPLY_TOKENS).
+        budget = self.agent.budget
+        reply = min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens)
+        limit = budget.input + max(0, budget.reply_reserve - reply)
+        if budget.enabled and tokens.count_messages(request) + tokens.count_tools(registry.schemas()) > limit:
             return None
         return request, registry.schemas()
 

@@ -7,8 +7,6 @@ A run processes the entries after ``.dream_cursor`` in batches until none is lef
 2. **Edit** — the model applies the findings with ``read_file``/``edit_file`` restricted to the
    three files. Edits go to *staged copies* under ``.hippobot/dream/staged``, never to the live
    files.
-   Lines the user reverted (``memory/reverted.jsonl``) are shown to the analysis and then
-   taken out of the staged copies again unless an entry newer than the undo restates them.
 3. **Apply** — a manifest is written (the commit point), then the staged files replace the live
    ones (three-way merged with any edit the user made meanwhile), the cursor moves and one git
    commit records the run. A run killed before the manifest leaves the live files untouched and
@@ -29,12 +27,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import filelock
 
 from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
+from hippobot.lifecycle.accounting import (
+    Fact,
+    Outcome,
+    account,
+    batch_facts,
+    format_outcomes,
+    unaccounted,
+)
 from hippobot.lifecycle.versions import CHAT_HINTS, Hints
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.ledger import RevertedLine, RevertLedger, content_lines, restates
@@ -46,9 +52,20 @@ from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
 
-__all__ = ["MEMORY_FILES", "Dream", "DreamResult", "dream_prompt_command", "parse_findings"]
+__all__ = [
+    "MEMORY_FILES",
+    "Dream",
+    "DreamResult",
+    "HeldBatch",
+    "dream_prompt_command",
+    "parse_findings",
+    "parse_rejections",
+    "read_pending_reasons",
+]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
@@ -71,6 +88,44 @@ def parse_findings(text: str) -> tuple[list[str], bool]:
     return findings, any_valid
 
 
+_REJECT = re.compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$")
+
+
+def parse_rejections(text: str) -> list[tuple[str, str]]:
+    """``[SKIP] "<fact>" — reason`` lines: (fact, reason) pairs the model declined."""
+    out = []
+    for line in (text or "").splitlines():
+        m = _REJECT.match(line)
+        if m is not None:
+            out.append((m.group(1).strip(' "“”\''), m.group(2).strip()))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBatch:
+    """Entries a run left pending, and why."""
+
+    first: int
+    last: int
+    reason: str
+    facts: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"from": self.first, "to": self.last, "reason": self.reason, "facts": list(self.facts)}
+
+
+def read_pending_reasons(workspace: Path) -> list[HeldBatch]:
+    """What the last Dream run left pending and why (``hippobot memory history --pending``)."""
+    try:
+        data = json.loads((workspace / ".hippobot" / "dream" / "pending.json").read_text(encoding="utf-8"))
+        return [
+            HeldBatch(int(h["from"]), int(h["to"]), str(h["reason"]), tuple(map(str, h.get("facts", ()))))
+            for h in data.get("held", [])
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
 @dataclass(slots=True)
 class DreamResult:
     status: Literal["nothing", "done", "dry-run", "failed", "busy", "stopped"]
@@ -81,7 +136,16 @@ class DreamResult:
     commit: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    outcomes: list[Outcome] = field(default_factory=list)
+    held: list[HeldBatch] = field(default_factory=list)
     withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
+
+    def accounting(self) -> str:
+        """One line per durable fact of the run, then what stays pending and why."""
+        lines = [format_outcomes(self.outcomes)] if self.outcomes else []
+        for h in self.held:
+            lines.append(f"Entries #{h.first}-#{h.last} stay pending: {h.reason}")
+        return "\n".join(lines)
 
     @property
     def ok(self) -> bool:
@@ -93,9 +157,15 @@ class DreamResult:
             "status": self.status, "entries": self.entries, "batches": self.batches,
             "findings": list(self.findings), "files": list(self.files), "commit": self.commit,
             "error": self.error, "seconds": round(self.seconds, 3), "withheld": list(self.withheld),
+            "accounting": self.accounting(),
         }
 
     def describe(self, hints: Hints = CHAT_HINTS) -> str:
+        text = self._headline(hints)
+        extra = self.accounting() if self.status not in ("nothing", "busy", "dry-run") else ""
+        return f"{text}\n{extra}" if extra else text
+
+    def _headline(self, hints: Hints) -> str:
         took = f" in {self.seconds:.1f}s"
         if self.status == "nothing":
             return (
@@ -111,16 +181,16 @@ class DreamResult:
         if self.status in ("failed", "stopped"):
             done = f" ({self.batches} batch(es) completed before that)" if self.batches else ""
             return f"Dream {self.status}{took}: {self.error}. The remaining entries stay pending{done}."
+        held = sum(h.last >= h.first for h in self.held)
+        tail = f"; {held} batch(es) stay pending" if held else ""
         if not self.files:
-            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes."
+            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes{tail}."
         sha = f" (commit {self.commit[:8]})" if self.commit else ""
         undo = f" {hints.restore} {self.commit[:8]}" if self.commit else f" {hints.restore}"
-        kept_out = (
-            f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
-        )
+        kept_out = f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
         return (
             f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
-            f"updated {', '.join(self.files)}{sha}.{kept_out} See {hints.log}; undo with{undo}."
+            f"updated {', '.join(self.files)}{sha}{tail}.{kept_out} See {hints.log}; undo with{undo}."
         )
 
 
@@ -200,20 +270,26 @@ class Dream:
         result = DreamResult("done")
         if not dry_run:
             self._stage_or_fail()
-        last_done: int | None = None
-        batch_size = self.config.batch_size
+        last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
+        batch: Sequence[HistoryEntry] = ()
+        snapshot: dict[str, str] = {}
         try:
-            for i in range(0, len(pending), batch_size):
-                batch = pending[i : i + batch_size]
-                findings = await self._analyse(provider, batch, staged=not dry_run)
-                result.findings += findings
-                if findings and not dry_run:
-                    await self._edit(provider, findings)
+            for batch in self._batches(pending):
+                if dry_run:
+                    result.findings += (await self._analyse(provider, batch, staged=False))[0]
+                else:
+                    snapshot = self._files(self.staged)
+                    held = await self._batch(provider, batch, result)
+                    if held is not None:
+                        self._restore(snapshot)  # nothing of an unaccounted batch is kept
+                        result.held.append(held)
+                    elif not result.held:
+                        last_done = batch[-1].cursor
                 result.entries += len(batch)
                 result.batches += 1
-                last_done = batch[-1].cursor
-        except _OverBudget as exc:  # the caller reports it (CLI: stderr, schedule: a warning)
-            log.info("Dream stopped: %s; the rest stays pending", exc)
+            batch = ()
+        except _OverBudget as exc:
+            log.info("Dream stopped: %s; the rest stays pending", exc)  # the caller reports it
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
             reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
@@ -222,12 +298,161 @@ class Dream:
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
             return result
-        if last_done is not None:
-            result.withheld = self._honour_reverts(pending[: result.entries])
-            result.files, result.commit = self._apply(last_done)
+        if batch:  # interrupted mid-batch: drop its half-made edits, report the rest as pending
+            if snapshot:
+                self._restore(snapshot)
+            result.held.append(HeldBatch(batch[0].cursor, pending[-1].cursor, f"Dream {result.status}: {result.error}"))
+        for h in result.held:
+            log.info("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
+        self._write_pending_reasons(result.held)
+        cursor = last_done if last_done is not None else memory.dream_cursor()
+        if cursor > memory.dream_cursor() or self._staged_changed():
+            result.withheld = self._honour_reverts([e for e in pending if e.cursor <= cursor])
+            result.files, result.commit = self._apply(cursor, result.accounting())
         else:
             shutil.rmtree(self.staged, ignore_errors=True)
         return result
+
+    def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
+        """At most ``batchSize`` entries each, and with a context window, at most a third of
+        the input budget of entry text, so Dream's requests fit a small window too."""
+        from hippobot.context.tokens import count_text
+
+        budget = self.agent.budget
+        cap = max(300, budget.input // 3) if budget.enabled else None
+        out: list[Sequence[HistoryEntry]] = []
+        current: list[HistoryEntry] = []
+        used = 0
+        for entry in pending:
+            cost = count_text(entry.content[:_ENTRY_CAP]) + 12
+            full = len(current) >= self.config.batch_size or (cap is not None and current and used + cost > cap)
+            if full:
+                out.append(current)
+                current, used = [], 0
+            current.append(entry)
+            used += cost
+        if current:
+            out.append(current)
+        return out
+
+    async def _batch(
+        self, provider: Provider, batch: Sequence[HistoryEntry], result: DreamResult
+    ) -> HeldBatch | None:
+        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay pending."""
+        facts = batch_facts(batch)
+        before = self._files(self.staged)
+        findings, valid, text = await self._analyse(provider, batch, staged=True)
+        if not valid:
+            log.warning(
+                "Dream analysis of entries #%d-#%d was empty or followed no known format; "
+                "asking once more", batch[0].cursor, batch[-1].cursor,
+            )
+            findings, valid, text = await self._analyse(provider, batch, staged=True)
+        if not valid:
+            if not facts:
+                log.warning(
+                    "Dream analysis of entries #%d-#%d followed no known format; they hold no "
+                    "durable facts, so nothing is lost", batch[0].cursor, batch[-1].cursor,
+                )
+                return None
+            return HeldBatch(
+                batch[0].cursor, batch[-1].cursor,
+                "the model's analysis was empty or followed no known format (asked twice)",
+                tuple(f.text for f in facts),
+            )
+        result.findings += findings
+        rejections = parse_rejections(text)
+        for chunk in self._chunks(findings):
+            rejections += parse_rejections(await self._edit(provider, chunk))
+        outcomes = self._account(facts, before, rejections)
+        missing = unaccounted(outcomes)
+        if missing:
+            log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
+                     len(missing), batch[0].cursor, batch[-1].cursor)
+            for part in self._chunks(missing):
+                reply = await self._edit(provider, [], missing=part)
+                rejections += parse_rejections(reply)
+            outcomes = self._account(facts, before, rejections)
+            missing = unaccounted(outcomes)
+        result.outcomes += outcomes
+        if missing:
+            return HeldBatch(
+                batch[0].cursor, batch[-1].cursor,
+                f"{len(missing)} fact(s) not accounted for after a retry: "
+                + "; ".join(o.describe() for o in missing[:3]),
+                tuple(o.fact.text for o in missing),
+            )
+        return None
+
+    def _chunks(self, items: Sequence[T]) -> list[Sequence[T]]:
+        """Findings (or missing facts) split so one edit conversation, with a tool call and
+        result per item, fits the context window."""
+        if not items:
+            return []
+        from hippobot.context.tokens import count_text
+
+        budget = self.agent.budget
+        if not budget.enabled:
+            return [items]
+        cap = max(200, budget.input // 8)
+        out: list[Sequence[T]] = []
+        current: list[T] = []
+        used = 0
+        for item in items:
+            text = item if isinstance(item, str) else getattr(getattr(item, "fact", None), "text", "")
+            cost = count_text(str(text)) + 40  # the finding, its edit call and the result
+            if current and used + cost > cap:
+                out.append(current)
+                current, used = [], 0
+            current.append(item)
+            used += cost
+        out.append(current)
+        return out
+
+    def _account(
+        self, facts: Sequence[Fact], before: dict[str, str], rejections: list[tuple[str, str]]
+    ) -> list[Outcome]:
+        return account(
+            facts, before, self._files(self.staged), rejections=rejections,
+            do_not_readd=self.do_not_readd(),
+        )
+
+    def do_not_readd(self) -> list[str]:
+        """Lines the user reverted, which Dream must neither write nor require (a hook for a
+        ledger of reverted lines; none is kept yet). They are shown to the model as "do not
+        add back", and a fact matching one is accounted as rejected."""
+        return []
+
+    def _guide(self) -> str:
+        guide = self.guide()[0]
+        reverted = self.do_not_readd()
+        if reverted:
+            guide += "\n\nThe user removed these lines from the memory files; do not add them back:\n"
+            guide += "\n".join(f"- {line}" for line in reverted)
+        return guide
+
+    def _restore(self, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            atomic_write_text(self.staged / name, text)
+
+    def _staged_changed(self) -> bool:
+        base = self.state / "base"
+        return any(
+            (self.staged / name).exists()
+            and (self.staged / name).read_bytes() != ((base / name).read_bytes() if (base / name).exists() else b"")
+            for name in MEMORY_FILES
+        )
+
+    def _write_pending_reasons(self, held: list[HeldBatch]) -> None:
+        path = self.state / "pending.json"
+        try:
+            if held:
+                when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
+                atomic_write_text(path, json.dumps({"time": when, "held": [h.to_dict() for h in held]}, ensure_ascii=False))
+            else:
+                path.unlink(missing_ok=True)
+        except (OSError, StorageError) as exc:  # derived state: never fail a run over it
+            log.debug("could not record why entries stay pending: %s", exc)
 
     def _provider(self) -> Provider:
         return self.agent.provider
@@ -251,13 +476,16 @@ class Dream:
             return "(empty)"
         return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
 
-    async def _analyse(self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool) -> list[str]:
+    async def _analyse(
+        self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool
+    ) -> tuple[list[str], bool, str]:
+        """Phase 1: (findings, whether the answer followed the format, the answer)."""
         files = self._files(self.staged if staged else self.workspace)
         history = "\n".join(
             f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
         )
         prompt = render(
-            "dream_phase1.md", guide=self.guide()[0], soul=self._show(files["SOUL.md"]),
+            "dream_phase1.md", guide=self._guide(), soul=self._show(files["SOUL.md"]),
             user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
             first=batch[0].cursor, last=batch[-1].cursor, history=history,
             reverted=self._reverted_text(RevertLedger(self.workspace).read()),
@@ -269,12 +497,7 @@ class Dream:
         )
         response = await collect(provider.stream(request))
         findings, valid = parse_findings(response.text)
-        if not valid:
-            log.warning(
-                "Dream analysis of entries #%d-#%d followed no known format; treating it as "
-                "nothing to do", batch[0].cursor, batch[-1].cursor,
-            )
-        return findings
+        return findings, valid, response.text
 
     @staticmethod
     def _reverted_text(ledger: Sequence[RevertedLine]) -> str:
@@ -316,7 +539,14 @@ class Dream:
                 atomic_write_text(staged, "".join(kept))
         return withheld
 
-    async def _edit(self, provider: Provider, findings: list[str]) -> None:
+    async def _edit(
+        self, provider: Provider, findings: Sequence[str], *, missing: Sequence[Outcome] = ()
+    ) -> str:
+        """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
+
+        With ``missing``, a retry: the facts the accounting could not find are listed, and
+        the model adds them or declines each with ``[SKIP] "<fact>" — reason``.
+        """
         from hippobot.tools.base import ToolRegistry
         from hippobot.tools.files import file_tools
         from hippobot.tools.paths import PathPolicy
@@ -326,8 +556,19 @@ class Dream:
         registry = ToolRegistry()
         registry.extend(t for t in file_tools(policy) if t.name in ("read_file", "edit_file"))
         files = self._files(self.staged)
+        listed = "\n".join(findings) or "(none)"
+        if missing:
+            listed += (
+                "\n\nNot accounted for yet: no memory file states these facts from the history "
+                "(or a file still states the value a correction replaced). Add or fix each where "
+                "it belongs; to decline one, answer with a line [SKIP] \"<fact>\" — <reason>.\n"
+                + "\n".join(
+                    f"- {o.fact.text}" + (f" (still stated at {o.where})" if o.status == "stale" else "")
+                    for o in missing
+                )
+            )
         prompt = render(
-            "dream_phase2.md", guide=self.guide()[0], findings="\n".join(findings),
+            "dream_phase2.md", guide=self._guide(), findings=listed,
             soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
             memory=self._show(files["memory/MEMORY.md"]),
         )
@@ -347,6 +588,7 @@ class Dream:
                 "Dream edit phase hit its limit of %d tool steps (agents.defaults.dream."
                 "maxIterations); keeping the edits made so far", self.config.max_iterations,
             )
+        return result.reply or ""
 
     # --- staging and the commit point ---------------------------------------------------
 
@@ -375,8 +617,12 @@ class Dream:
         shutil.rmtree(base, ignore_errors=True)
         shutil.copytree(self.staged, base)
 
-    def _apply(self, cursor: int) -> tuple[tuple[str, ...], str | None]:
-        manifest = {"cursor": cursor, "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")}
+    def _apply(self, cursor: int, accounting: str = "") -> tuple[tuple[str, ...], str | None]:
+        manifest = {
+            "cursor": cursor,
+            "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M"),
+            "accounting": accounting,
+        }
         atomic_write_text(self.manifest, json.dumps(manifest))  # the commit point
         return self.recover()
 
@@ -423,10 +669,16 @@ class Dream:
             edits = tuple(f for f in summary.files if f.path in MEMORY_FILES)
             if edits:
                 message = dream_message(manifest.get("time", ""), replace(summary, files=edits))
+                if manifest.get("accounting"):
+                    message += "\n\nAccounting:\n" + str(manifest["accounting"])
                 sha = git.commit(message)
         self.manifest.unlink(missing_ok=True)
         shutil.rmtree(self.staged, ignore_errors=True)
         shutil.rmtree(self.state / "base", ignore_errors=True)
+        try:
+            self.agent.memory.archive_processed()
+        except StorageError as exc:  # the archive stays as it is; the next run tries again
+            log.warning("could not move processed history entries to the archive: %s", exc)
         return tuple(changed), sha
 
 

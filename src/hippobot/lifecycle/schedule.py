@@ -2,6 +2,7 @@
 
 - Dream every ``dream.intervalH`` hours, or at each time of ``dream.cron``; a run is skipped when
   nothing is pending, and never overlaps another (Dream's own cross-process lock).
+- Dream as soon as pending facts would outgrow Recent History's share (``dream.auto``).
 - Idle compaction: sessions silent for ``idleCompactAfterMinutes`` are archived.
 - ``/new`` archives that a previous process did not finish are resumed at start.
 """
@@ -48,6 +49,20 @@ async def _dream_loop(agent: Agent) -> None:
             log.exception("scheduled Dream failed; the entries stay pending")
 
 
+async def _auto_dream_loop(agent: Agent) -> None:
+    """Dream as soon as pending facts would outgrow Recent History (lifecycle.autodream)."""
+    from hippobot.lifecycle.autodream import SCAN_SECONDS, dream_if_due
+
+    while True:
+        try:
+            result = await dream_if_due(agent.memory, agent.budget.history_tokens, agent.dream.run)
+            if result is not None:
+                log.info("Dream: %s", result.describe())
+        except Exception:
+            log.exception("Dream failed; the entries stay pending")
+        await asyncio.sleep(SCAN_SECONDS)
+
+
 async def _idle_loop(agent: Agent) -> None:
     while True:
         await asyncio.sleep(IDLE_SCAN_SECONDS)
@@ -80,6 +95,8 @@ def start_schedulers(agent: Agent) -> list[asyncio.Task[None]]:
                             agent.settings.defaults.dream.cron, exc)
                 agent.settings.defaults.dream.cron = None
         tasks.append(asyncio.get_running_loop().create_task(_dream_loop(agent), name="dream-schedule"))
+        if agent.settings.defaults.dream.auto:
+            tasks.append(asyncio.get_running_loop().create_task(_auto_dream_loop(agent), name="dream-auto"))
     if agent.settings.defaults.idle_compact_after_minutes > 0:
         tasks.append(asyncio.get_running_loop().create_task(_idle_loop(agent), name="idle-compaction"))
     return tasks

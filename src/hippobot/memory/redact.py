@@ -91,18 +91,98 @@ def _keep_name(match: re.Match[str]) -> str:
     return match.group("keep") + REDACTED
 
 
+# Literals a match of each token pattern must contain: a pattern whose literals are all
+# absent is skipped, which is exact and keeps long texts without credentials fast.
+_TOKEN_LITERALS: tuple[tuple[str, ...], ...] = (
+    ("sk-",),
+    ("k_live_", "k_test_"),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("github_pat_",),
+    ("AKIA", "ASIA"),
+    ("xox",),
+    ("AIza",),
+    ("hf_",),
+    ("PRIVATE KEY-----",),
+)
+
+# Assignment matches are found from the secret's name: its last word (the alternation of
+# _SECRET_NAME) ends a run of name characters and is followed by ":" or "=", and the match
+# starts at that run's start, or one or two characters before it (an opening quote, maybe
+# escaped). Searching for the words
+# and trying only those starts gives exactly the matches of a full scan, in linear time.
+_NAME_WORDS = r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|token|password|passwd)"
+# A name is followed by its closing quote (if any) and ":" or "=", in both patterns.
+_ASSIGNS = r"(?=\\?[\"']?\s*[:=])"
+_NAME_END = re.compile(_NAME_WORDS + r"(?![A-Za-z0-9_\-])" + _ASSIGNS, re.IGNORECASE)
+# The same on lowercased ASCII text (same positions, no costly case folding).
+_NAME_END_ASCII = re.compile(_NAME_WORDS + r"(?![a-z0-9_\-])" + _ASSIGNS)
+_NAME_HINTS = ("key", "secret", "token", "passw")
+_NAME_CHAR = re.compile(r"[A-Za-z0-9_\-]", re.IGNORECASE)  # as the patterns see it: "ſ" is one
+_ASCII_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_LONGEST_NAME = 40 + len("secret_key")
+
+
+def _run_start(text: str, end: int) -> int | None:
+    """Where the run of name characters ending at ``end`` starts; None if it is too long."""
+    start, floor = end, max(0, end - _LONGEST_NAME - 1)
+    while start > floor:
+        char = text[start - 1]
+        if char not in _ASCII_NAME and (char.isascii() or not _NAME_CHAR.match(char)):
+            return start
+        start -= 1
+    return start if start == 0 else None
+
+
+def _sub_named(pattern: re.Pattern[str], text: str, *, quoted: bool) -> str:
+    """``pattern.sub(_keep_name, text)`` for an assignment pattern, trying only the start
+    positions a match can have (see above)."""
+    if text.isascii():
+        lowered = text.lower()
+        if not any(hint in lowered for hint in _NAME_HINTS):
+            return text
+        hits = _NAME_END_ASCII.finditer(lowered)
+    else:
+        hits = _NAME_END.finditer(text)
+    out: list[str] = []
+    emitted = 0  # text[:emitted] is in out
+    for hit in hits:
+        word = hit.start()
+        if word < emitted:
+            continue  # inside a value already replaced
+        run = _run_start(text, word)
+        if run is None:
+            continue  # the name would be longer than any the pattern allows
+        starts = (run - 2, run - 1, run) if quoted else (run,)
+        for start in starts:
+            if start < emitted:
+                continue
+            match = pattern.match(text, start)
+            if match is not None:
+                out.append(text[emitted : match.start()])
+                out.append(_keep_name(match))
+                emitted = match.end()
+                break
+    if not out:
+        return text
+    out.append(text[emitted:])
+    return "".join(out)
+
+
 def redact_secrets(text: str) -> str:
     """``text`` with recognised credentials replaced by ``[REDACTED]``.
 
-    Idempotent: redacting twice gives the same text as redacting once.
+    Idempotent: redacting twice gives the same text as redacting once. Linear in the
+    length of the text (about 0.1 s per MB of prose).
     """
     if not text:
         return text
-    for pattern in _TOKEN_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    text = _BEARER.sub(_keep_name, text)
-    text = _ASSIGNMENT_QUOTED.sub(_keep_name, text)
-    text = _ASSIGNMENT_BARE.sub(_keep_name, text)
+    for pattern, literals in zip(_TOKEN_PATTERNS, _TOKEN_LITERALS, strict=True):
+        if any(literal in text for literal in literals):
+            text = pattern.sub(REDACTED, text)
+    if "bearer" in text.lower():
+        text = _BEARER.sub(_keep_name, text)
+    text = _sub_named(_ASSIGNMENT_QUOTED, text, quoted=True)
+    text = _sub_named(_ASSIGNMENT_BARE, text, quoted=False)
     return text
 
 

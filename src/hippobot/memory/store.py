@@ -109,6 +109,7 @@ class MemoryStore:
         self.history_path = self.memory_dir / "history.jsonl"
         self.cursor_path = self.memory_dir / ".cursor"
         self.dream_cursor_path = self.memory_dir / ".dream_cursor"
+        self.archive_path = self.memory_dir / "history.archive.jsonl"
         self.legacy_history_path = self.memory_dir / "HISTORY.md"
         self.soul_path = self.workspace / "SOUL.md"
         self.user_path = self.workspace / "USER.md"
@@ -358,9 +359,109 @@ class MemoryStore:
         return selected
 
     def get_entry(self, cursor: int) -> HistoryEntry | None:
-        """The entry with ``cursor`` (a citation target), or ``None`` if it is gone."""
+        """The entry with ``cursor`` (a citation target), from the live file or the archive."""
         with self._mutex:
-            return next((e for e in self._history.entries() if e.cursor == cursor), None)
+            found = next((e for e in self._history.entries() if e.cursor == cursor), None)
+        if found is None:
+            found = next((e for e in self.read_archive() if e.cursor == cursor), None)
+        return found
+
+    def read_archive(self) -> list[HistoryEntry]:
+        """Entries Dream processed and :meth:`archive_processed` moved out of history.jsonl."""
+        try:
+            data = self.archive_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        return [e for raw in data.split(b"\n") if (e := parse_line(raw.decode("utf-8", "replace")))]
+
+    def _archive_last_cursor(self) -> int:
+        """The cursor of the archive's last valid line (its tail only is read)."""
+        try:
+            with open(self.archive_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                block = 4096
+                while True:
+                    start = max(0, size - block)
+                    fh.seek(start)
+                    lines = fh.read(size - start).split(b"\n")
+                    for raw in reversed(lines[1:] if start else lines):
+                        entry = parse_line(raw.decode("utf-8", "replace"))
+                        if entry is not None:
+                            return entry.cursor
+                    if start == 0:
+                        return 0
+                    block *= 2
+        except FileNotFoundError:
+            return 0
+
+    def archive_processed(self) -> int:
+        """Move the entries Dream has processed to ``history.archive.jsonl``; return how many.
+
+        ``history.jsonl`` then holds only what is pending, so reading it every turn costs
+        what is pending, not the whole past. The moved lines are appended to the archive
+        (fsynced) *before* history.jsonl is rewritten atomically, all under the lock: a
+        crash in between leaves a line in both files, and the next call skips what the
+        archive already holds. Invalid lines among the processed part move with it, byte
+        for byte. Recall searches both files.
+        """
+        with self._locked():
+            try:
+                data = self.history_path.read_bytes()
+            except FileNotFoundError:
+                return 0
+            dream = self.dream_cursor()
+            raws = data.split(b"\n")
+            cut = 0  # lines [0, cut) are processed
+            for i, raw in enumerate(raws):
+                entry = parse_line(raw.decode("utf-8", errors="replace"))
+                if entry is None:
+                    continue
+                if entry.cursor > dream:
+                    break
+                cut = i + 1
+            if cut == 0:
+                return 0
+            self.stats.full_reads += 1
+            already = self._archive_last_cursor()
+            moving = []
+            for raw in raws[:cut]:
+                if not raw.strip():
+                    continue
+                entry = parse_line(raw.decode("utf-8", errors="replace"))
+                if entry is not None and entry.cursor <= already:
+                    continue  # a crash after the archive write: it is there already
+                moving.append(raw)
+            counter = max(self._counter() or 0, self._history.last_cursor())
+            if moving:
+                self._append_archive(b"".join(r + b"\n" for r in moving))
+            atomic_write_bytes(self.history_path, b"\n".join(raws[cut:]))
+            if counter:
+                atomic_write_text(self.cursor_path, str(counter))
+            self._history.forget()
+        return sum(1 for r in raws[:cut] if r.strip())
+
+    def _append_archive(self, data: bytes) -> None:
+        try:
+            fd = os.open(self.archive_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise StorageError(f"could not open {self.archive_path}: {exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if st.st_size > 0:
+                with open(self.archive_path, "rb") as fh:
+                    fh.seek(st.st_size - 1)
+                    if fh.read(1) != b"\n":
+                        data = b"\n" + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            raise StorageError(
+                f"could not append to {self.archive_path}: {exc}; history.jsonl is unchanged"
+            ) from exc
+        finally:
+            os.close(fd)
 
     # --- compaction -------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Only the documented formats are relied on (SPEC 3), never the code that writes them:
 
-* ``memory/history.jsonl``: one entry per line, cited by its ``cursor``.
+* ``memory/history.jsonl`` and ``memory/history.archive.jsonl`` (entries Dream processed,
+  moved out of the live file): one entry per line, cited by its ``cursor``.
 * ``sessions/**/*.jsonl``: a header line carrying the key, then message lines (cited by
   their 0-based position among message lines) interleaved with ``_type`` records.
 * ``SOUL.md``, ``USER.md`` and ``memory/**/*.md``: paragraphs, cited by line number.
@@ -116,7 +117,10 @@ class Scanner:
 
     def scan(self) -> list[tuple[SourceFile, os.stat_result]]:
         found: list[tuple[SourceFile, os.stat_result]] = []
-        fixed: list[tuple[str, Kind]] = [("memory/history.jsonl", "history")]
+        fixed: list[tuple[str, Kind]] = [
+            ("memory/history.archive.jsonl", "history"),
+            ("memory/history.jsonl", "history"),
+        ]
         fixed += [(name, "memory") for name in _ROOT_MARKDOWN]
         for rel, kind in fixed:
             path = os.path.join(self.root, rel)
@@ -190,7 +194,7 @@ def classify(workspace: Path, path: Path | str) -> SourceFile | None:
         return None
     rel = full[len(root) + 1 :].replace(os.sep, "/")
     parts = rel.split("/")
-    if rel == "memory/history.jsonl":
+    if rel in ("memory/history.jsonl", "memory/history.archive.jsonl"):
         return SourceFile(full, rel, "history")
     if rel in _ROOT_MARKDOWN or (parts[0] == "memory" and rel.endswith(".md")):
         kind: Kind = "memory"

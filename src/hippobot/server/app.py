@@ -24,35 +24,36 @@ Invariants:
   Failures of hippobot's own model provider are 502 (or 429), never 401: a 401 would tell the
   client that *its* key is wrong.
 
-This module holds the routes, admission (:class:`TurnGate`), auth and the app itself; the wire
-format (request parsing, the error shape, completion and SSE framing) is in ``wire.py``.
+This module holds the routes, admission (:class:`TurnGate`) and the app itself; the wire
+format (request parsing, the error shape, completion and SSE framing) is in ``wire.py``; what
+keeps web pages out (Host, Origin, content type, body size, key and login cookie) is the
+:class:`~hippobot.server.security.WebGuard` middleware in ``security.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hippobot.agent.events import ReplyDelta, ToolStarted
 from hippobot.server.dedupe import IdempotencyConflict, TurnLedger
 from hippobot.server.identity import Attempt, RequestId
+from hippobot.server.security import WebGuard, WebPolicy
+from hippobot.server.security import bearer_ok as bearer_ok
 from hippobot.server.tasks import answer_task
-from hippobot.server.users import UNAUTHORIZED, Users
+from hippobot.server.users import Users
 from hippobot.server.web import index
 
 # Re-exported (as are the wire names in __all__): they lived here before wire.py.
@@ -90,8 +91,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-OPEN_PATHS = frozenset({"/healthz"})
 
 
 # --- in-flight turns -------------------------------------------------------------------------
@@ -267,33 +266,7 @@ async def _answer_after(
     )
 
 
-# --- auth, errors, lifespan ---------------------------------------------------------------
-
-
-def bearer_ok(authorization: str | None, api_key: str) -> bool:
-    """Constant-time check of an ``Authorization: Bearer <key>`` header."""
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(token.strip().encode(), api_key.encode())
-
-
-class BearerAuth:
-    """Every path but ``/healthz`` needs one of the keys when any is configured
-    (``serve.apiKey`` and the keys of ``serve.users``)."""
-
-    def __init__(self, app: ASGIApp, api_keys: Sequence[str]) -> None:
-        self.app = app
-        self.api_keys = [k for k in api_keys if k]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.api_keys and scope["path"] not in OPEN_PATHS:
-            given = Headers(scope=scope).get("authorization")
-            # every key is compared, so the time taken does not tell which one was close
-            if not [k for k in self.api_keys if bearer_ok(given, k)]:
-                await UNAUTHORIZED.response()(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+# --- errors, lifespan ------------------------------------------------------------------------
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
@@ -322,10 +295,13 @@ def create_app(
     max_queued_per_session: int = 32,
     run_schedulers: bool = True,
     users: Users | None = None,
+    policy: WebPolicy | None = None,
 ) -> Starlette:
-    """The ASGI app. Its lifespan starts the agents' schedulers (Dream, idle compaction) and,
-    at shutdown, drains in-flight turns (``shutdown_timeout``), stops the schedulers and
-    closes the agents. ``agent`` is the owner's; ``users`` (default: from
+    """The ASGI app behind :class:`~hippobot.server.security.WebGuard` (``policy``: hosts,
+    origins, body limit; with no key at all, ``api_key`` None and no ``serve.users``, only
+    the key check is skipped, for in-process use). Its lifespan starts the agents'
+    schedulers (Dream, idle compaction) and, at shutdown, drains in-flight turns
+    (``shutdown_timeout``), stops the schedulers and closes the agents. ``agent`` is the owner's; ``users`` (default: from
     ``agent.settings.config.serve``) gives each person of ``serve.users`` an agent of their
     own. ``app.state.gate`` is the :class:`TurnGate`, ``app.state.schedulers`` the scheduler
     tasks."""
@@ -367,9 +343,8 @@ def create_app(
         exception_handlers={ApiError: _on_api_error, HTTPException: _on_http_error,
                             Exception: _on_crash},
         lifespan=lifespan,
-        max_body_size=MAX_BODY_BYTES,
     )
-    app.add_middleware(BearerAuth, api_keys=users.keys())
+    app.add_middleware(WebGuard, keys=users.keys(), policy=policy or WebPolicy())
     app.add_middleware(RequestId)  # outermost: errors of the middleware above get an id too
     app.state.agent = agent
     app.state.users = users

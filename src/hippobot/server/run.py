@@ -5,6 +5,15 @@ only ever listens on loopback; asking for another address is refused with a warn
 127.0.0.1 is used instead. The socket is bound here, before uvicorn starts, so that port 0
 works and the printed address is the real one.
 
+Keys: clients always need one. It is ``serve.apiKey`` or ``HIPPOBOT_SERVE_KEY`` when set;
+otherwise a random token generated once per install and kept in ``<home>/serve-token``
+(mode 0600), printed at start-up with the memory page's login URL, as Jupyter does. A
+loopback address is not authentication: any web page and any local user can reach it.
+
+Connections: at most ``serve.maxConnections`` at once, each given ``serve.headerTimeout``
+seconds to send its headers (``connections.py``), so stalled clients cannot take every file
+descriptor.
+
 Shutdown: on SIGTERM/SIGINT the server stops accepting connections and gives in-flight turns
 ``shutdown_timeout`` seconds to finish; turns still running then are cancelled (their user
 messages are already saved), and the lifespan stops the schedulers and drains the agent's
@@ -14,24 +23,41 @@ background jobs.
 from __future__ import annotations
 
 import ipaddress
+import os
+import secrets
 import socket
+import stat
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import uvicorn
 
 from hippobot.errors import UserError
 from hippobot.server.app import create_app
+from hippobot.server.connections import connection_limit, guarded_protocol, raise_fd_limit
+from hippobot.server.security import WebPolicy
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from hippobot.config import Settings
 
-__all__ = ["GracefulServer", "bind_socket", "is_loopback", "resolve_bind", "run_server", "serve_key"]
+__all__ = [
+    "TOKEN_FILE",
+    "GracefulServer",
+    "bind_socket",
+    "install_token",
+    "is_loopback",
+    "resolve_bind",
+    "run_server",
+    "serve_key",
+    "web_policy",
+]
 
 LOOPBACK = "127.0.0.1"
 BACKLOG = 2048
+TOKEN_FILE = "serve-token"
 
 
 def is_loopback(host: str) -> bool:
@@ -46,6 +72,50 @@ def is_loopback(host: str) -> bool:
 def serve_key(settings: Settings) -> str | None:
     """The bearer token clients must send: ``serve.apiKey``, else ``HIPPOBOT_SERVE_KEY``."""
     return settings.config.serve.api_key or settings.env.get("HIPPOBOT_SERVE_KEY") or None
+
+
+def install_token(home: Path) -> str:
+    """This install's serve token: read from ``<home>/serve-token``, created (mode 0600) the
+    first time. A file others can read is tightened to 0600; an unusable one is replaced."""
+    path = home / TOKEN_FILE
+    try:
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_size < 1024:
+            if info.st_mode & 0o077:
+                path.chmod(0o600)
+            token = path.read_text(encoding="utf-8").strip()
+            if len(token) >= 32 and token.isascii() and token.isprintable() and " " not in token:
+                return token
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    token = secrets.token_urlsafe(32)
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(token + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write the serve token to {path}: {exc.strerror or exc}") from None
+    return token
+
+
+def web_policy(settings: Settings, bind_host: str) -> WebPolicy:
+    """Hosts, origins and body limit from ``serve.*``; a host name given to ``--host`` is
+    one the server answers to."""
+    serve = settings.config.serve
+    hosts = list(serve.allowed_hosts)
+    try:
+        ipaddress.ip_address(bind_host.strip("[]"))
+    except ValueError:
+        hosts.append(bind_host)
+    return WebPolicy.of(
+        allowed_hosts=hosts, cors_origins=serve.cors_origins, max_body_bytes=serve.max_body_bytes
+    )
 
 
 def resolve_bind(host: str, api_key: str | None) -> tuple[str, str | None]:
@@ -124,31 +194,50 @@ def run_server(
     from hippobot.agent.agent import Agent
 
     err = out or sys.stderr
-    api_key = serve_key(settings)
-    user_keys = [u.api_key for u in settings.config.serve.users.values() if u.api_key]
-    bind_host, warning = resolve_bind(host or settings.config.serve.host, api_key or
-                                      (user_keys[0] if user_keys else None))
+    serve = settings.config.serve
+    configured = serve_key(settings)
+    user_keys = [u.api_key for u in serve.users.values() if u.api_key]
+    bind_host, warning = resolve_bind(
+        host or serve.host, configured or (user_keys[0] if user_keys else None)
+    )
     if warning:
         err.write(f"hippobot serve: warning: {warning}\n")
-    sock = bind_socket(bind_host, settings.config.serve.port if port is None else port)
+    key = configured or install_token(settings.home)
+    sock = bind_socket(bind_host, serve.port if port is None else port)
     actual_port = sock.getsockname()[1]
-    app = create_app(Agent(settings), api_key=api_key, shutdown_timeout=shutdown_timeout)
+    app = create_app(
+        Agent(settings),
+        api_key=key,
+        shutdown_timeout=shutdown_timeout,
+        policy=web_policy(settings, bind_host),
+    )
     shown = f"[{bind_host}]" if ":" in bind_host else bind_host
-    auth = "bearer token required" if api_key or user_keys else (
-        "no API key configured: loopback only, no auth")
-    if settings.config.serve.users:
-        auth += f"; {len(settings.config.serve.users)} user(s) with workspaces of their own"
+    page = f"http://{'127.0.0.1' if bind_host in ('0.0.0.0', '::') else shown}:{actual_port}/"
+    if configured:
+        auth = "clients send the key of serve.apiKey / HIPPOBOT_SERVE_KEY as a bearer token"
+        login = f"{page} (log in with that key)"
+    else:
+        auth = f"clients send the token in {settings.home / TOKEN_FILE} as a bearer token"
+        login = f"{page}?token={key}"
+    if serve.users:
+        auth += f"; {len(serve.users)} user(s) with workspaces of their own, each with their key"
     err.write(
         f"hippobot serve: listening on http://{shown}:{actual_port}/v1 "
         f"(workspace {settings.workspace}; {auth})\n"
+        f"hippobot serve: memory page: {login}\n"
     )
     err.flush()
+    raise_fd_limit()
+    limit = connection_limit(serve.max_connections)
     config = uvicorn.Config(
         app,
         lifespan="on",
         log_level="warning",
         access_log=False,
-        backlog=BACKLOG,
+        # asyncio accepts up to `backlog` connections per loop turn, and a refused one holds
+        # its descriptor for a few turns: a small backlog keeps that burst well under `limit`.
+        backlog=max(8, limit // 4),
+        http=guarded_protocol(limit, serve.header_timeout),
         timeout_graceful_shutdown=int(shutdown_timeout) + 5,
     )
     GracefulServer(config, app, shutdown_timeout, out=err).run(sockets=[sock])

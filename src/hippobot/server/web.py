@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
     from hippobot.memory.history import HistoryEntry
 
-__all__ = ["index", "render_page"]
+__all__ = ["index", "render_login", "render_page"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 .meta{color:#666;font-size:.85rem}.pending{color:#a60;font-weight:600}
 .entry{margin:.8rem 0}.add{color:#075e07}.del{color:#a00}.hunk{color:#059}
 details{margin:.5rem 0}summary{cursor:pointer}nav a{margin-right:1rem}
+.error{color:#a00;font-weight:600}
 """
 
 
@@ -142,6 +143,29 @@ def render_page(agent: Agent) -> str:
         f"<h1>hippobot memory</h1><p class=meta>workspace {escape(str(agent.workspace))} · "
         "read-only view</p>"
         f"<nav>{nav}</nav>{body}</body></html>"
+    )
+
+
+def render_login(error: str | None = None) -> str:
+    """The login form shown at ``/`` to a browser without the login cookie.
+
+    It posts the token to ``/login`` (a same-origin form), which sets the cookie and sends
+    the browser back to ``/``. No scripts: the page works with JavaScript off.
+    """
+    problem = f"<p class=error role=alert>{escape(error)}</p>" if error else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        "<meta name=viewport content='width=device-width,initial-scale=1'>"
+        f"<title>hippobot memory: log in</title><style>{_CSS}</style></head><body>"
+        "<h1>hippobot memory</h1>"
+        "<p>Log in with the token <code>hippobot serve</code> printed when it started "
+        "(also in <code>serve-token</code> in the hippobot home), or with the server's "
+        "<code>serve.apiKey</code>. This browser then stays logged in.</p>"
+        f"{problem}"
+        "<form method=post action=/login>"
+        "<label for=token>Token</label> "
+        "<input id=token name=token type=password autocomplete=current-password required autofocus> "
+        "<button type=submit>Log in</button></form></body></html>"
     )
 
 

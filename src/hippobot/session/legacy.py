@@ -6,22 +6,37 @@ line is ``{"_type": "metadata", "key", "created_at", "updated_at", "metadata",
 ``{"_type": "provider_state"}`` line is ignored). The file name is lossy (``a:b_c`` and
 ``a_b:c`` share it), so the key is taken from the metadata line, never from the name.
 
-The store migrates a legacy file the first time its key is loaded: it writes the canonical
-file and renames the old one to ``<name>.jsonl.migrated``. Nothing here deletes user data.
+Reading never writes: loading a legacy session returns it as it is, and the canonical file
+is created by the first write (a new turn, a meta update), which leaves nanobot's file where
+and as it was, so nanobot keeps working on the same workspace. The session remembers which
+file it came from (``metadata.migrated_from``: name, size, mtime); if nanobot's file changes
+after hippobot took the session over, hippobot keeps its own copy and says so, once per
+process, instead of silently ignoring the newer file.
+
+Messages keep their content; nanobot's naive local timestamps become aware ISO times.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hippobot.session.model import ArchivedSummary, Session, is_message
 
-__all__ = ["LegacyIndex", "read_legacy", "retire_legacy"]
+__all__ = [
+    "MIGRATED_FROM",
+    "LegacyIndex",
+    "header_key",
+    "read_legacy",
+    "source_stamp",
+    "warn_if_shadowed",
+]
+
+MIGRATED_FROM = "migrated_from"
+_warned: set[tuple[str, str]] = set()
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +53,7 @@ def _aware_iso(value: object) -> str | None:
         return None
 
 
-def _header_key(path: Path) -> str | None:
+def header_key(path: Path) -> str | None:
     """The key in a legacy file's metadata line, or ``None`` if it is not one."""
     try:
         with path.open("rb") as handle:
@@ -84,7 +99,7 @@ class LegacyIndex:
         for path in sorted(self._dir.glob("*.jsonl")):
             if not path.is_file() or path.is_symlink():
                 continue
-            key = _header_key(path)
+            key = header_key(path)
             if key is None:
                 continue
             try:
@@ -131,12 +146,16 @@ def read_legacy(path: Path, key: str) -> Session:
         if isinstance(record, dict) and record.get("_type") == "metadata" and not header:
             header = record
         elif is_message(record):
+            stamp = _aware_iso(record.get("timestamp"))
+            if stamp is not None:
+                record["timestamp"] = stamp
             messages.append(record)
         elif not (isinstance(record, dict) and "_type" in record):
             skipped += 1
     if skipped:
-        logger.warning("%s: skipped %d unreadable line(s) while migrating", path, skipped)
+        logger.warning("%s: skipped %d unreadable line(s) of a nanobot session", path, skipped)
     metadata, summary, usage = _split_metadata(header.get("metadata"))
+    metadata[MIGRATED_FROM] = source_stamp(path)
     created = _aware_iso(header.get("created_at")) or _mtime_iso(path)
     return Session(
         key=key,
@@ -155,16 +174,28 @@ def _mtime_iso(path: Path) -> str:
     return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="milliseconds")
 
 
-def retire_legacy(path: Path) -> Path | None:
-    """Rename a migrated legacy file to ``<name>.migrated`` (never over an existing file)."""
-    target = path.with_name(path.name + ".migrated")
-    counter = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.migrated.{counter}")
-        counter += 1
+def source_stamp(path: Path) -> dict[str, Any]:
+    """What identifies this version of a legacy file: name, size and modification time."""
+    stat = path.stat()
+    return {"file": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def warn_if_shadowed(key: str, legacy: Path, metadata: dict[str, Any], canonical: Path) -> bool:
+    """Warn (once per process and file) when nanobot's file for ``key`` is not the version
+    hippobot took over; hippobot's own file stays the one it uses. Returns True if it warned."""
+    recorded = metadata.get(MIGRATED_FROM)
     try:
-        os.rename(path, target)
-    except OSError as exc:
-        logger.warning("could not rename migrated %s: %s", path, exc)
-        return None
-    return target
+        current = source_stamp(legacy)
+    except OSError:
+        return False
+    if isinstance(recorded, dict) and all(recorded.get(k) == current[k] for k in ("size", "mtime_ns")):
+        return False
+    if (key, str(legacy)) in _warned:
+        return True
+    _warned.add((key, str(legacy)))
+    logger.warning(
+        "nanobot's file %s for session %r changed after hippobot took the session over; "
+        "hippobot keeps using %s and ignores the newer file (move one of them aside to choose)",
+        legacy, key, canonical,
+    )
+    return True

@@ -34,7 +34,7 @@ from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
-from hippobot.session.legacy import LegacyIndex, read_legacy, retire_legacy
+from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
 from hippobot.session.model import Session, normalise_offset
 from hippobot.session.records import (
     DEFAULT_META,
@@ -253,11 +253,16 @@ class JsonlSessionStore:
 
     def load(self, key: str) -> Session | None:
         path = self.path_for(key)
+        legacy = self._legacy.lookup(key)
         if not path.exists():
-            legacy = self._legacy.lookup(key)
-            migrated = self._migrate(key, legacy) if legacy else None
-            if migrated is not None or not path.exists():
-                return migrated
+            # Reading never writes: the first append or meta save creates the canonical file.
+            if legacy is None:
+                return None
+            with _storage_errors(legacy, "read"):
+                try:
+                    return read_legacy(legacy, key)
+                except FileNotFoundError:
+                    return None
         with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
                 handle = path.open("rb")
@@ -282,7 +287,9 @@ class JsonlSessionStore:
             session.updated_at = parsed.last_time or created
             self._quarantine(path, parsed.corrupt)
             self._track(session, stat.st_ino, len(data), meta_state(session))
-            return session
+        if legacy is not None:
+            warn_if_shadowed(key, legacy, session.metadata, path)
+        return session
 
     def refresh(self, session: Session) -> int:
         path = self.path_for(session.key)
@@ -431,25 +438,6 @@ class JsonlSessionStore:
         _fsync_dir(path.parent)
         return os.stat(path).st_ino
 
-    def _migrate(self, key: str, legacy: Path) -> Session | None:
-        path = self.path_for(key)
-        with self._locked(key):
-            if path.exists():  # another process migrated it first; the caller loads it
-                return None
-            with _storage_errors(legacy, "read"):
-                try:
-                    session = read_legacy(legacy, key)
-                except FileNotFoundError:
-                    return None
-            data = snapshot(session, with_meta=True)
-            with _storage_errors(path):
-                inode = self._replace(path, data)
-            self._track(session, inode, len(data), meta_state(session))
-            retired = retire_legacy(legacy)
-            logger.info("migrated nanobot session %r from %s (old file kept as %s)",
-                        key, legacy.name, retired.name if retired else legacy.name)
-        return session
-
     def delete(self, key: str) -> bool:
         path = self.path_for(key)
         removed = False
@@ -515,7 +503,15 @@ class JsonlSessionStore:
                 if key is not None and (info := self._info(key, path, legacy=False)):
                     infos[key] = info
         for key, path in self._legacy.entries().items():
-            if key not in infos and (info := self._info(key, path, legacy=True)):
+            if key in infos:
+                ours = infos[key].path
+                if ours is not None:
+                    meta = parse(ours.read_bytes(), at_start=True).meta or {}
+                    metadata = meta.get("metadata")
+                    warn_if_shadowed(
+                        key, path, metadata if isinstance(metadata, dict) else {}, ours
+                    )
+            elif info := self._info(key, path, legacy=True):
                 infos[key] = info
         return sorted(infos.values(), key=_sort_key, reverse=True)
 

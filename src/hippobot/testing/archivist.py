@@ -1,8 +1,9 @@
 """A scripted-model fallback that behaves like a diligent archivist (tests, benchmarks).
 
 Normal turns get a short acknowledgement. Archive requests (prefix mode or transcript mode) get
-one ``- [kind] ...`` line per ``FACT:``/``CORRECTION:`` the slice contains, so a test can follow
-planted facts through consolidation without a real model.
+one ``- [kind] ...`` line per ``FACT:``/``CORRECTION:``/``NOTE:`` (ephemeral) the slice contains, so a test can follow
+planted facts through consolidation without a real model. :func:`dreamer` plays Dream the same
+way: it files every durable fact into USER.md and replaces what a correction supersedes.
 """
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ from __future__ import annotations
 import re
 
 from hippobot.messages import content_text
-from hippobot.testing.scripted import RecordedRequest
+from hippobot.testing.scripted import FallbackReply, RecordedRequest
 
 ARCHIVE_PREFIX = "[Memory archive request"
 TRANSCRIPT_PREFIX = "You archive part of a conversation"
-_FACT = re.compile(r"(FACT|CORRECTION): ([^\n\[]+)")
+_FACT = re.compile(r"(FACT|CORRECTION|NOTE): ([^\n\[]+)")
 
 
 def _facts(texts: list[str]) -> list[str]:
     lines = []
     for text in texts:
         for kind, fact in _FACT.findall(text):
-            tag = "correction" if kind == "CORRECTION" else "permanent"
+            tag = {"CORRECTION": "correction", "NOTE": "ephemeral"}.get(kind, "permanent")
             lines.append(f"- [{tag}] {fact.strip()}")
     return lines
 
@@ -43,3 +44,92 @@ def archivist(request: RecordedRequest) -> str:
         user_lines = [line for line in body.splitlines() if "] USER: " in line]
         return "\n".join(_facts(user_lines)) or "(nothing)"
     return f"ok ({len(request.messages)} messages seen)"
+
+
+# --- a diligent Dream -------------------------------------------------------------------
+
+PHASE1_MARK = "## Task: analysis"
+PHASE2_MARK = "## Task: apply the findings"
+FACTS_HEADING = "## Facts"
+
+
+def is_dream_request(request: RecordedRequest) -> bool:
+    text = request.messages[0].get("content") if request.messages else ""
+    text = content_text(text)
+    return PHASE1_MARK in text or PHASE2_MARK in text
+
+
+def _section(text: str, start: str, end: str | None) -> str:
+    body = text.split(start, 1)[1] if start in text else ""
+    return body.split(end, 1)[0] if end and end in body else body
+
+
+def _shown_user_md(prompt: str) -> str:
+    body = _section(prompt, "### USER.md\n", "### memory/MEMORY.md")
+    return "" if body.strip() == "(empty)" else body.strip("\n")
+
+
+def dream_findings(prompt: str) -> str:
+    """Phase 1: one ``[USER]`` finding per durable history fact not in USER.md yet."""
+    from hippobot.memory.facts import fact_lines, find_statement, split_correction
+
+    user = _shown_user_md(prompt)
+    history = _section(prompt, "## Conversation history", None)
+    out = []
+    for raw in history.splitlines():
+        for line in fact_lines(raw.split("] ", 1)[1] if raw.startswith("[#") else raw):
+            if not line.durable:
+                continue
+            claim = split_correction(line.text)[0] if line.kind == "correction" else line.text
+            if find_statement(claim, [("USER.md", user)], loose=line.kind == "correction"):
+                continue
+            out.append(f"[USER] {line.text}")
+    return "\n".join(out) or "[SKIP] nothing new"
+
+
+def dream_edits(prompt: str, *, sloppy: bool = False) -> FallbackReply:
+    """Phase 2: ``edit_file`` calls that add each finding to USER.md under ``## Facts`` and
+    replace the line a correction supersedes (``sloppy``: leave that line in place)."""
+    from hippobot.memory.facts import mentions_old_value, split_correction
+
+    user = _shown_user_md(prompt)
+    findings = _section(prompt, "## Findings\n", "## Current memory files")
+    facts = [line[len("[USER] "):] for line in findings.splitlines() if line.startswith("[USER] ")]
+    facts += [line[2:].split(" (still stated at", 1)[0] for line in findings.splitlines()
+              if line.startswith("- ") and "Not accounted for yet" in findings]
+    calls: list[tuple[str, dict[str, str] | str]] = []
+    lines = user.splitlines()
+    for fact in dict.fromkeys(facts):
+        new, old = split_correction(fact)
+        if old and not sloppy:
+            for stale in [ln for ln in lines if mentions_old_value(ln, old, new)]:
+                calls.append(("edit_file", {"path": "USER.md", "old_text": stale, "new_text": f"- {new}"}))
+                lines = [f"- {new}" if ln == stale else ln for ln in lines]
+            if any(f"- {new}" == ln for ln in lines):
+                continue
+        if FACTS_HEADING not in lines:
+            first = lines[0] if lines else ""
+            calls.append(("edit_file", {"path": "USER.md", "old_text": first,
+                                        "new_text": f"{first}\n\n{FACTS_HEADING}\n- {new}"}))
+            lines = [first, "", FACTS_HEADING, f"- {new}", *lines[1:]]
+        else:
+            calls.append(("edit_file", {"path": "USER.md", "old_text": f"{FACTS_HEADING}\n",
+                                        "new_text": f"{FACTS_HEADING}\n- {new}\n"}))
+            at = lines.index(FACTS_HEADING) + 1
+            lines.insert(at, f"- {new}")
+    return FallbackReply("", tuple(calls)) if calls else FallbackReply("Nothing to change.")
+
+
+def dreamer(request: RecordedRequest, *, sloppy: bool = False) -> str | FallbackReply:
+    """A scripted Dream: phase 1 lists the facts, phase 2 writes them, then says so."""
+    prompt = request.last_user_text()
+    if PHASE1_MARK in prompt:
+        return dream_findings(prompt)
+    if any(m.get("role") == "tool" for m in request.messages):
+        return "Applied the findings."
+    return dream_edits(prompt, sloppy=sloppy)
+
+
+def archivist_and_dreamer(request: RecordedRequest) -> str | FallbackReply:
+    """:func:`archivist` for turns and archive requests, :func:`dreamer` for Dream."""
+    return dreamer(request) if is_dream_request(request) else archivist(request)

@@ -42,6 +42,7 @@ from hippobot.providers.base import (
 )
 
 __all__ = [
+    "FallbackReply",
     "RecordedRequest",
     "ScriptedCall",
     "ScriptedModel",
@@ -87,6 +88,14 @@ class ScriptedCall:
     id: str
     name: str
     arguments: str  # sent verbatim, so it may be invalid JSON on purpose
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackReply:
+    """What a ``fallback`` may return instead of plain text: text and tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +158,7 @@ class ScriptedModel:
 
     def __init__(self, *, model_name: str = "scripted-model") -> None:
         self.model_name = model_name
-        self.fallback: Callable[[RecordedRequest], str] | None = None
+        self.fallback: Callable[[RecordedRequest], str | FallbackReply] | None = None
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
         self._queue: deque[_Step] = deque()
@@ -235,7 +244,14 @@ class ScriptedModel:
             fallback = self.fallback
         if step is None:
             assert fallback is not None
-            step = _Reply(text=fallback(request))
+            answer = fallback(request)
+            if isinstance(answer, FallbackReply):
+                step = _Reply(
+                    text=answer.text,
+                    tool_calls=tuple(self._call(n, a, None) for n, a in answer.tool_calls),
+                )
+            else:
+                step = _Reply(text=answer)
         with self._lock:
             if isinstance(step, _Cut):
                 following = next((s for s in self._queue if isinstance(s, _Reply)), None)

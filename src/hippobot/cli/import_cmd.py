@@ -1,0 +1,37 @@
+"""``hippobot import nanobot [PATH]``: set up hippobot's home from a nanobot home."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hippobot.cli.main import WorkspaceOpt, _settings, app
+
+__all__ = ["import_app"]
+
+import_app = typer.Typer(help="Bring conversations, memory and config over from another agent.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("nanobot")
+def import_nanobot_cmd(
+    path: Annotated[Path, typer.Argument(help="The nanobot home (holds config.json and workspace/).")] = Path("~/.nanobot"),
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Import a nanobot home (0.2.x or 0.3.x): config (secrets carried, never printed),
+    AGENTS/SOUL/USER/MEMORY.md, skills, history and its cursors, the memory git history and
+    every session under its key. nanobot's files are only read; running it again adds only
+    what is new."""
+    from hippobot.migrate.nanobot import import_nanobot
+
+    settings = _settings(workspace)
+    home, report = import_nanobot(path, settings)
+    sys.stdout.write(
+        f"Importing nanobot {home.layout} home {home.root} (workspace {home.workspace})\n"
+        f"into {settings.home} (workspace {settings.workspace})\n"
+    )
+    for line in report.lines():
+        sys.stdout.write(line + "\n")

@@ -1,0 +1,1 @@
+"""Bringing data over from other agents (today: nanobot), reading their files only."""

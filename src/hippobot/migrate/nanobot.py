@@ -1,0 +1,489 @@
+"""``hippobot import nanobot``: bring a nanobot home (0.2.x or 0.3.x layout) into hippobot's.
+
+nanobot's files are only ever read (``open(..., "rb")``, directory listings, file copies);
+nothing there is written, renamed or locked, so nanobot keeps working on them.
+
+What is brought, and how a second run adds only what is new:
+
+* ``config.json``: the keys hippobot reads, secrets included (never printed), written when
+  hippobot has no config yet or only the untouched starter file from ``onboard``.
+* Workspace files (AGENTS/SOUL/USER.md, ``memory/MEMORY.md``, ``skills/``,
+  ``prompts/dream.md``, ``memory/HISTORY.md``): copied when missing here or still hippobot's
+  template; a file both sides changed is kept as it is here and reported.
+* ``memory/history.jsonl``: copied, or extended with the entries nanobot added since, when
+  hippobot's copy is a prefix of nanobot's; the cursors take the larger value.
+* The memory history (nanobot's git store, ``<workspace>/.git``): copied when hippobot's
+  workspace has none, or only the ``init`` commit of a fresh ``onboard`` (moved aside to
+  ``.hippobot/git-before-import``).
+* Sessions from both layouts under their original keys: 0.3.x keeps them at
+  ``<home>/sessions/<workspace-id>/<base64url(key)>.jsonl`` (the id in
+  ``<workspace>/.nanobot/workspace-id``), 0.2.x at ``<workspace>/sessions/<key with : as
+  _>.jsonl``. A session here whose messages are a prefix of nanobot's gets the new ones
+  appended; one that diverged is kept and reported. nanobot's internal ``dream:<time>``
+  sessions (one per Dream run) are skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from hippobot.config import Settings
+from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_keys
+from hippobot.config.loader import load_config, strip_json_comments
+from hippobot.config.schema import Config
+from hippobot.errors import ConfigError, UserError
+from hippobot.session.legacy import MIGRATED_FROM, header_key, read_legacy, source_stamp
+from hippobot.session.store import JsonlSessionStore
+
+__all__ = ["ImportReport", "NanobotHome", "find_home", "import_nanobot", "map_config"]
+
+WORKSPACE_FILES = (
+    "AGENTS.md",
+    "SOUL.md",
+    "USER.md",
+    "memory/MEMORY.md",
+    "memory/HISTORY.md",
+    "prompts/dream.md",
+)
+CURSOR_FILES = ("memory/.cursor", "memory/.dream_cursor")
+NOT_USED = {"HEARTBEAT.md": "hippobot has no heartbeat"}
+INTERNAL_PREFIXES = ("dream:",)
+_TEMPLATES = ("AGENTS.md", "SOUL.md", "USER.md", "memory/MEMORY.md")
+
+
+@dataclass(slots=True)
+class ImportReport:
+    brought: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"brought  {item}" for item in self.brought]
+        out += [f"skipped  {item}" for item in self.skipped]
+        if self.brought:
+            out.append(f"Done: {len(self.brought)} brought over; nanobot's files were only read.")
+        else:
+            out.append("Nothing new: hippobot already has everything from this nanobot home.")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class NanobotHome:
+    root: Path
+    config: dict[str, Any]
+    workspace: Path
+    layout: Literal["0.2.x", "0.3.x"]
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(strip_json_comments(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read nanobot's config {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"nanobot's config {path} is not a JSON object")
+    return data
+
+
+def find_home(path: Path) -> NanobotHome:
+    """Recognise a nanobot home (``config.json`` and/or ``workspace/``) and its workspace."""
+    root = path.expanduser()
+    config_path = root / "config.json"
+    if not root.is_dir() or not (config_path.is_file() or (root / "workspace").is_dir()):
+        raise UserError(
+            f"no nanobot home at {root} (expected config.json or workspace/ there): "
+            "pass the folder nanobot uses, e.g. `hippobot import nanobot ~/.nanobot`"
+        )
+    config = _read_json(config_path) if config_path.is_file() else {}
+    workspace = _workspace_of(root, config)
+    id_file = workspace / ".nanobot" / "workspace-id"
+    layout: Literal["0.2.x", "0.3.x"] = (
+        "0.3.x" if id_file.is_file() or _namespaces(root / "sessions") else "0.2.x"
+    )
+    return NanobotHome(root=root, config=config, workspace=workspace, layout=layout)
+
+
+def _workspace_of(root: Path, config: dict[str, Any]) -> Path:
+    """nanobot's ``agents.defaults.workspace``; ``~/.nanobot/...`` is read relative to the
+    home being imported (which need not be the current user's)."""
+    defaults = (config.get("agents") or {}).get("defaults") or {}
+    configured = defaults.get("workspace") if isinstance(defaults, dict) else None
+    if isinstance(configured, str) and configured:
+        if configured == "~/.nanobot" or configured.startswith("~/.nanobot/"):
+            candidate = root / configured[len("~/.nanobot/"):]
+        else:
+            candidate = Path(configured).expanduser()
+        if candidate.is_dir():
+            return candidate
+    return root / "workspace"
+
+
+def _namespaces(sessions_root: Path) -> list[Path]:
+    if not sessions_root.is_dir():
+        return []
+    return sorted(p for p in sessions_root.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+# --- config -------------------------------------------------------------------------
+
+
+def map_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """nanobot's config as hippobot's: only the keys hippobot reads, no placeholders.
+
+    The workspace is not carried (hippobot keeps its own), nor a ``timezone`` nanobot
+    detected itself (``timezoneMode: auto``), nor providers with neither key nor base URL.
+    """
+    data = known_subset(drop_nulls(raw), Config)
+    defaults = (data.get("agents") or {}).get("defaults") or {}
+    defaults.pop("workspace", None)
+    raw_defaults = ((raw.get("agents") or {}).get("defaults")) or {}
+    if isinstance(raw_defaults, dict) and raw_defaults.get("timezoneMode", "auto") == "auto":
+        defaults.pop("timezone", None)
+    providers = {}
+    for name, entry in (data.get("providers") or {}).items():
+        entry = {k: v for k, v in entry.items() if v not in ("", {}, [])}
+        if entry.get("apiKey") or entry.get("api_key") or entry.get("apiBase") or entry.get("api_base"):
+            providers[name] = entry
+    data["providers"] = providers
+    return _prune(data)
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        pruned = {k: _prune(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v != {}}
+    return value
+
+
+def _import_config(home: NanobotHome, settings: Settings, report: ImportReport) -> None:
+    if not home.config:
+        report.skipped.append(f"config.json (none in {home.root})")
+        return
+    mapped = map_config(home.config)
+    unused = walk_keys(drop_nulls(home.config), Config)
+    target = settings.config_path
+    if target.exists() and target.read_bytes() not in (_starter_config(), _dumps(mapped)):
+        report.skipped.append(f"config.json (kept {target}; yours differs from nanobot's)")
+        return
+    if target.exists() and target.read_bytes() == _dumps(mapped):
+        return
+    settings.home.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(".config.json.import")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(_dumps(mapped))
+    try:
+        config, _warnings = load_config(temp)
+    except ConfigError as exc:
+        temp.unlink()
+        report.skipped.append(f"config.json (nanobot's values do not work here: {exc})")
+        return
+    os.replace(temp, target)
+    keys = sum(1 for p in config.providers.values() if p.api_key)
+    d = config.agents.defaults
+    report.brought.append(
+        f"config.json (model {d.model or '-'}, provider {d.provider or 'auto'}; "
+        f"{keys} API key(s) carried, not shown)"
+    )
+    if unused.nanobot_only:
+        report.skipped.append(
+            "nanobot settings hippobot does not use: " + group_paths(unused.nanobot_only)
+        )
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _starter_config() -> bytes:
+    return _template_bytes("config.json")
+
+
+def _template_bytes(name: str) -> bytes:
+    try:
+        return resources.files("hippobot").joinpath("templates", name).read_bytes()
+    except (FileNotFoundError, OSError):
+        return b""
+
+
+# --- workspace files ----------------------------------------------------------------
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.import")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def _copy_file(src: Path, dst: Path, label: str, report: ImportReport) -> None:
+    data = src.read_bytes()
+    if dst.exists():
+        here = dst.read_bytes()
+        if here == data:
+            return
+        if label not in _TEMPLATES or here != _template_bytes(label):
+            report.skipped.append(f"{label} (kept hippobot's; it differs from nanobot's)")
+            return
+    _write_bytes(dst, data)
+    report.brought.append(label)
+
+
+def _import_history(src: Path, dst: Path, report: ImportReport) -> None:
+    label = "memory/history.jsonl"
+    data = src.read_bytes()
+    if not dst.exists():
+        _write_bytes(dst, data)
+        report.brought.append(f"{label} ({_lines(data)} entries)")
+        return
+    here = dst.read_bytes()
+    if here == data:
+        return
+    if data.startswith(here) and (not here or here.endswith(b"\n")):
+        tail = data[len(here):]
+        with dst.open("ab") as handle:
+            handle.write(tail)
+        report.brought.append(f"{label} (+{_lines(tail)} new entries)")
+        return
+    report.skipped.append(f"{label} (kept hippobot's; both have entries the other lacks)")
+
+
+def _lines(data: bytes) -> int:
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _import_cursor(src: Path, dst: Path, label: str, report: ImportReport) -> None:
+    def value(path: Path) -> int | None:
+        try:
+            return int(path.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return None
+
+    theirs, ours = value(src), value(dst)
+    if theirs is None or (ours is not None and ours >= theirs):
+        return
+    _write_bytes(dst, src.read_bytes())
+    report.brought.append(f"{label} ({theirs})")
+
+
+def _import_workspace_files(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
+    src_ws = home.workspace
+    for rel in WORKSPACE_FILES:
+        if (src_ws / rel).is_file():
+            _copy_file(src_ws / rel, workspace / rel, rel, report)
+    skills = src_ws / "skills"
+    if skills.is_dir():
+        for path in sorted(skills.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                rel = path.relative_to(src_ws).as_posix()
+                _copy_file(path, workspace / rel, rel, report)
+    if (src_ws / "memory" / "history.jsonl").is_file():
+        _import_history(src_ws / "memory" / "history.jsonl", workspace / "memory" / "history.jsonl", report)
+    for rel in CURSOR_FILES:
+        if (src_ws / rel).is_file():
+            _import_cursor(src_ws / rel, workspace / rel, rel, report)
+    for rel, why in NOT_USED.items():
+        if (src_ws / rel).exists():
+            report.skipped.append(f"{rel} ({why})")
+    jobs = home.root / "cron" / "jobs.json"
+    if jobs.is_file() and jobs.stat().st_size > 0:
+        report.skipped.append(f"scheduled jobs in {jobs} (hippobot does not run nanobot's cron jobs)")
+
+
+# --- memory history (git) -----------------------------------------------------------
+
+
+def _head_commit(gitdir: Path) -> str | None:
+    """HEAD's commit id, read from the files (nanobot's repository is never opened by git)."""
+    try:
+        head = (gitdir / "HEAD").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not head.startswith("ref: "):
+        return head or None
+    ref = head[5:]
+    try:
+        return (gitdir / ref).read_text(encoding="ascii").strip()
+    except OSError:
+        pass
+    try:
+        for line in (gitdir / "packed-refs").read_text(encoding="ascii").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == ref:
+                return parts[0]
+    except OSError:
+        pass
+    return None
+
+
+def _has_object(gitdir: Path, sha: str) -> bool:
+    if (gitdir / "objects" / sha[:2] / sha[2:]).is_file():
+        return True
+    # Packed objects: the pack index lists every object it holds.
+    raw = bytes.fromhex(sha) if len(sha) == 40 else b""
+    packs = gitdir / "objects" / "pack"
+    return bool(raw) and packs.is_dir() and any(
+        raw in idx.read_bytes() for idx in packs.glob("*.idx")
+    )
+
+
+def _only_init_commit(workspace: Path) -> bool:
+    from hippobot.memory.gitstore import INIT_MESSAGE, GitStore
+
+    try:
+        log = GitStore(workspace).log(limit=2)
+    except Exception:  # an unreadable repository is not ours to replace
+        return False
+    return len(log) == 1 and log[0].subject == INIT_MESSAGE
+
+
+def _import_git(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
+    src = home.workspace / ".git"
+    if not src.is_dir():
+        report.skipped.append("memory history (nanobot's workspace has no git store)")
+        return
+    theirs = _head_commit(src)
+    dst = workspace / ".git"
+    if dst.exists():
+        if theirs and _has_object(dst, theirs):
+            return  # already imported (and maybe continued here)
+        if not _only_init_commit(workspace):
+            report.skipped.append(
+                f"memory history (kept hippobot's; nanobot's stays in {src})"
+            )
+            return
+        aside = workspace / ".hippobot" / "git-before-import"
+        if aside.exists():
+            shutil.rmtree(aside)
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(dst, aside)
+    shutil.copytree(src, dst, symlinks=True)
+    if (home.workspace / ".gitignore").is_file() and not (workspace / ".gitignore").exists():
+        shutil.copyfile(home.workspace / ".gitignore", workspace / ".gitignore")
+    from hippobot.memory.gitstore import GitStore
+
+    try:
+        commits = len(GitStore(workspace).log(limit=10_000))
+        report.brought.append(f"memory history ({commits} commits, from {src})")
+    except Exception as exc:
+        report.brought.append(f"memory history (copied, but it does not read: {exc})")
+
+
+# --- sessions -----------------------------------------------------------------------
+
+
+def _key_from_stem(stem: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(stem + "=" * (-len(stem) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _session_files(home: NanobotHome, report: ImportReport) -> dict[str, Path]:
+    """key -> nanobot file, the 0.3.x namespace winning over 0.2.x files for one key."""
+    found: dict[str, Path] = {}
+    legacy_dir = home.workspace / "sessions"
+    if legacy_dir.is_dir():
+        for path in sorted(legacy_dir.glob("*.jsonl")):
+            key = header_key(path) if path.is_file() else None
+            if key:
+                found[key] = path
+    namespaces = _namespaces(home.root / "sessions")
+    if namespaces:
+        mine = _namespace_of(home, namespaces)
+        for ns in namespaces:
+            if ns != mine:
+                marker = ns / ".workspace"
+                where = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ns.name
+                count = len(list(ns.glob("*.jsonl")))
+                report.skipped.append(f"{count} session(s) of another nanobot workspace ({where})")
+        if mine is not None:
+            for path in sorted(mine.glob("*.jsonl")):
+                if path.is_file():
+                    key = header_key(path) or _key_from_stem(path.stem)
+                    if key:
+                        found[key] = path
+    return found
+
+
+def _namespace_of(home: NanobotHome, namespaces: list[Path]) -> Path | None:
+    id_file = home.workspace / ".nanobot" / "workspace-id"
+    if id_file.is_file():
+        ns = home.root / "sessions" / id_file.read_text(encoding="utf-8").strip()
+        if ns in namespaces:
+            return ns
+    for ns in namespaces:
+        marker = ns / ".workspace"
+        if marker.is_file() and Path(marker.read_text(encoding="utf-8").strip()) == home.workspace:
+            return ns
+    return namespaces[0] if len(namespaces) == 1 else None
+
+
+def _comparable(messages: list[Any]) -> list[str]:
+    return [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in messages]
+
+
+def _import_sessions(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
+    files = _session_files(home, report)
+    internal = [k for k in files if k.startswith(INTERNAL_PREFIXES)]
+    if internal:
+        report.skipped.append(f"{len(internal)} internal nanobot Dream session(s)")
+    store = JsonlSessionStore(workspace)
+    for key, path in sorted(files.items()):
+        if key.startswith(INTERNAL_PREFIXES):
+            continue
+        theirs = read_legacy(path, key)
+        ours = store.load(key)
+        if ours is None:
+            theirs.updated_at = theirs.updated_at or theirs.created_at
+            store.rewrite(theirs)
+            report.brought.append(f"session {key} ({len(theirs.messages)} messages)")
+            continue
+        mine, new = _comparable(ours.messages), _comparable(theirs.messages)
+        if mine == new:
+            continue
+        if new[: len(mine)] == mine:
+            tail = theirs.messages[len(mine):]
+            store.append(ours, [ours.add(m) for m in tail])
+            ours.metadata[MIGRATED_FROM] = source_stamp(path)
+            store.save_meta(ours)
+            report.brought.append(f"session {key} (+{len(tail)} new messages)")
+            continue
+        report.skipped.append(f"session {key} (kept hippobot's; it has changed since)")
+
+
+# --- the whole import ---------------------------------------------------------------
+
+
+def import_nanobot(source: Path, settings: Settings) -> tuple[NanobotHome, ImportReport]:
+    """Bring ``source`` (a nanobot home) into ``settings``' home and workspace."""
+    home = find_home(source)
+    target = settings.workspace
+    if home.workspace.resolve() == target.resolve():
+        raise UserError(
+            f"hippobot's workspace is nanobot's ({target}): hippobot already reads it in place; "
+            "set HIPPOBOT_WORKSPACE or --workspace to import into a separate one"
+        )
+    report = ImportReport()
+    _import_config(home, settings, report)
+    target.mkdir(parents=True, exist_ok=True)
+    _import_git(home, target, report)
+    _import_workspace_files(home, target, report)
+    _import_sessions(home, target, report)
+    from hippobot.cli.onboard import ensure_workspace
+    from hippobot.memory.gitstore import GitStore
+
+    ensure_workspace(target)
+    GitStore(target).init()
+    return home, report

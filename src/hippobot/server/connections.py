@@ -1,0 +1,128 @@
+"""Bounds on connections, so clients that connect and stall cannot wedge ``hippobot serve``.
+
+uvicorn's HTTP/1.1 protocol waits forever for a request's headers, and accepts as many
+connections as the process has file descriptors. A few hundred sockets that send
+``GET / HTTP/1.1\\r\\nHost: x\\r\\n`` and nothing more used to exhaust the descriptors: the
+server could no longer accept, open a session file or call the model.
+
+:func:`guarded_protocol` returns uvicorn's h11 protocol with two limits:
+
+* **Connections.** Beyond ``max_connections`` open at once, a new connection is answered
+  ``503`` and closed at once, so descriptors stay free for files and model calls. The limit
+  is also kept well below the process's descriptor limit (:func:`connection_limit`).
+* **Header time.** A connection must complete a request's headers within ``header_timeout``
+  seconds of connecting, and again after each response (a kept-alive connection that starts
+  a request and stalls is closed too). Bodies and long turns are not affected: the clock
+  runs only while the server waits for headers.
+
+Shutdown needs nothing extra: uvicorn closes connections that have no request in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["connection_limit", "guarded_protocol", "raise_fd_limit"]
+
+log = logging.getLogger(__name__)
+
+_WARN_EVERY = 10.0  # seconds between "refused a connection" warnings
+_last_warning = [0.0]
+
+_BUSY_BODY = (
+    b'{"error": {"message": "too many open connections; try again", '
+    b'"type": "server_error", "param": null, "code": "server_busy"}}'
+)
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
+def raise_fd_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (many systems start at 1,024)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        pass
+
+
+def connection_limit(wanted: int) -> int:
+    """``wanted``, lowered so connections use at most about half the free descriptors
+    (each turn also needs a connection to the model and a few files)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return wanted
+    return max(8, min(wanted, (soft - 64) // 2))
+
+
+def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the module docstring's limits (pass as ``http=``)."""
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+        _refused = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                self._refused = True
+                now = time.monotonic()
+                if now - _last_warning[0] >= _WARN_EVERY:
+                    _last_warning[0] = now
+                    log.warning(
+                        "refusing connections: %d open, the limit is %d (serve.maxConnections)",
+                        len(self.connections) - 1,
+                        max_connections,
+                    )
+                transport.write(_BUSY)
+                transport.close()
+                return
+            self._wait_for_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_header_timer()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:
+                self._stop_header_timer()  # the headers are in
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._wait_for_headers()
+
+        def _wait_for_headers(self) -> None:
+            self._stop_header_timer()
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _stop_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol

@@ -1,0 +1,183 @@
+"""Dream accounts for every durable fact: written, already known, or rejected with a reason;
+anything else stays pending, and nothing of an unaccounted batch is half-written."""
+
+from __future__ import annotations
+
+import json
+
+from hippobot.lifecycle.accounting import Fact, account
+from hippobot.lifecycle.autodream import dream_due
+from hippobot.memory.history import HistorySource
+from hippobot.providers.factory import make_provider
+from hippobot.providers.retry import RetryPolicy
+from hippobot.testing.archivist import dreamer, is_dream_request
+
+CAT = "- [permanent] User has a cat named Luna"
+
+
+def plant(agent, *contents: str, key: str = "cli:direct") -> None:
+    for i, content in enumerate(contents):
+        agent.memory.append_history(content, session_key=key, source=HistorySource(key, 2 * i, 2 * i + 2))
+
+
+def user_md(agent) -> str:
+    return (agent.workspace / "USER.md").read_text()
+
+
+def pending_file(agent) -> dict:
+    return json.loads((agent.workspace / ".hippobot" / "dream" / "pending.json").read_text())
+
+
+async def test_a_dream_that_answers_nothing_leaves_the_facts_pending_and_visible(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, CAT)
+    before = user_md(agent)
+    scripted_model.reply("")
+    scripted_model.reply("")  # asked once more
+    result = await agent.dream.run()
+    assert len(scripted_model.requests) == 2
+    assert agent.memory.pending_count() == 1 and agent.memory.dream_cursor() == 0
+    assert user_md(agent) == before
+    text = result.describe()
+    assert "stay pending" in text and "empty or followed no known format" in text
+    assert pending_file(agent)["held"][0]["facts"] == ["User has a cat named Luna"]
+    # Dream does not start itself again at once on what it just could not account for
+    assert dream_due(agent.memory, history_tokens=1) is None
+    # the fact is still in front of the model
+    scripted_model.reply("Luna")
+    await agent.turn("cli:other", "what is my cat called?")
+    assert "cat named Luna" in scripted_model.requests[-1].messages[0]["content"]
+
+
+async def test_an_unparseable_analysis_is_retried_once(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, CAT)
+    scripted_model.reply("Sure! Cats are lovely.")  # no finding format at all
+    scripted_model.fallback = dreamer  # the retry is answered properly
+    result = await agent.dream.run()
+    assert result.status == "done" and not result.held
+    assert "Luna" in user_md(agent)
+    assert agent.memory.pending_count() == 0
+    [outcome] = result.outcomes
+    assert outcome.status == "written" and outcome.where.startswith("USER.md:")
+
+
+async def test_edits_that_do_not_apply_keep_the_batch_pending_and_write_nothing(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, CAT + "\n- [permanent] User is allergic to peanuts")
+    before = user_md(agent)
+    scripted_model.reply("[USER] Has a cat named Luna\n[USER] Allergic to peanuts")
+    # one edit applies, the other does not: the batch is not fully accounted
+    scripted_model.reply_tool_call("edit_file", {"path": "USER.md", "old_text": "- Name:", "new_text": "- Name:\n- Has a cat named Luna"})
+    scripted_model.reply_tool_call("edit_file", {"path": "USER.md", "old_text": "no such text", "new_text": "- Allergic to peanuts"})
+    scripted_model.reply("Done.")
+    scripted_model.reply_tool_call("edit_file", {"path": "USER.md", "old_text": "still not there", "new_text": "x"})
+    scripted_model.reply("Done again.")
+    result = await agent.dream.run()
+    assert user_md(agent) == before, "a half-accounted batch must not be half-written"
+    assert agent.memory.pending_count() == 1
+    assert any("peanuts" in o.fact.text and o.status == "missing" for o in result.outcomes)
+    assert "stay pending" in result.describe()
+    assert agent.git.log(limit=1)[0].subject.startswith("init")  # no Dream commit
+
+
+async def test_a_timeout_leaves_entries_pending_with_one_clear_line(make_agent, scripted_model, scripted_server):
+    agent = make_agent()
+    agent._provider = make_provider(
+        "openai", api_key="sk-test-key-000000000000", api_base=scripted_server.base_url, timeout=0.5,
+        retry=RetryPolicy(max_attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0),
+    )
+    plant(agent, CAT)
+    scripted_model.hang(5)
+    scripted_model.hang(5)
+    before = user_md(agent)
+    result = await agent.dream.run()
+    assert result.status == "failed"
+    assert user_md(agent) == before and agent.memory.pending_count() == 1
+    headline = result.describe().splitlines()[0]
+    assert "Dream failed" in headline and "stay pending" in headline
+    assert "Dream failed" in pending_file(agent)["held"][0]["reason"]
+
+
+async def test_every_fact_is_accounted_in_the_result_and_the_commit(make_agent, scripted_model):
+    agent = make_agent()
+    user = agent.workspace / "USER.md"
+    user.write_text(user.read_text() + "\n- Speaks Welsh\n")
+    agent.git.commit("manual: welsh")
+    plant(agent, CAT + "\n- [durable] User speaks Welsh\n- [durable] User is tired of rain this week")
+    scripted_model.reply('[USER] Has a cat named Luna\n[SKIP] "User is tired of rain this week" — transient mood')
+    scripted_model.reply_tool_call("edit_file", {"path": "USER.md", "old_text": "- Name:", "new_text": "- Name:\n- Has a cat named Luna"})
+    scripted_model.reply("Added the cat.")
+    result = await agent.dream.run()
+    status = {o.fact.text: (o.status, o.where, o.reason) for o in result.outcomes}
+    assert status["User has a cat named Luna"][0] == "written"
+    assert status["User speaks Welsh"][:1] == ("known",) and status["User speaks Welsh"][1].startswith("USER.md:")
+    assert status["User is tired of rain this week"] == ("rejected", "", "transient mood")
+    text = result.describe()
+    assert "written to USER.md:" in text and "already known (USER.md:" in text and "rejected: transient mood" in text
+    assert agent.memory.pending_count() == 0
+    message = agent.git.log(limit=1)[0].message
+    assert "Accounting:" in message and "rejected: transient mood" in message
+
+
+async def test_a_correction_replaces_the_old_fact(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.fallback = dreamer
+    plant(agent, "- [permanent] User lives in Tokyo")
+    await agent.dream.run()
+    assert "Tokyo" in user_md(agent)
+    plant(agent, "- [correction] User moved to Osaka, not Tokyo")
+    result = await agent.dream.run()
+    assert "Osaka" in user_md(agent) and "Tokyo" not in user_md(agent)
+    assert [o.status for o in result.outcomes] == ["written"]
+
+
+async def test_a_correction_that_leaves_the_old_fact_standing_stays_pending(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.fallback = dreamer
+    plant(agent, "- [permanent] User lives in Tokyo")
+    await agent.dream.run()
+    before = user_md(agent)
+    plant(agent, "- [correction] User moved to Osaka, not Tokyo")
+    scripted_model.fallback = lambda r: dreamer(r, sloppy=True)  # adds Osaka, keeps Tokyo
+    result = await agent.dream.run()
+    assert user_md(agent) == before
+    assert agent.memory.pending_count() == 1
+    assert result.outcomes[-1].status == "stale" and "still says the old value" in result.describe()
+    # the retry told the model exactly which line is stale
+    retry = [r for r in scripted_model.requests if is_dream_request(r)][-2]
+    assert "still stated at USER.md:" in retry.last_user_text()
+
+
+async def test_a_fact_superseded_in_the_same_batch_is_rejected_not_written(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.fallback = dreamer
+    plant(agent, "- [permanent] User lives in Tokyo", "- [correction] User moved to Osaka, not Tokyo")
+    result = await agent.dream.run()
+    outcomes = {o.fact.text: o for o in result.outcomes}
+    assert outcomes["User lives in Tokyo"].status == "rejected"
+    assert "superseded" in outcomes["User lives in Tokyo"].reason
+    assert outcomes["User moved to Osaka, not Tokyo"].status == "written"
+    assert "Tokyo" not in user_md(agent)
+
+
+async def test_lines_the_user_reverted_are_not_required_or_re_added(make_agent, scripted_model, monkeypatch):
+    agent = make_agent()
+    monkeypatch.setattr(agent.dream, "do_not_readd", lambda: ["- Has a cat named Luna"])
+    plant(agent, CAT)
+    scripted_model.reply("[SKIP] nothing new")
+    result = await agent.dream.run()
+    assert "do not add them back" in scripted_model.requests[0].last_user_text()
+    assert [(o.status, o.reason) for o in result.outcomes] == [("rejected", "the user reverted it")]
+    assert agent.memory.pending_count() == 0
+
+
+def test_accounting_looks_only_at_the_resulting_files():
+    facts = [Fact(1, "permanent", "User has a cat named Luna"), Fact(1, "durable", "User drives a Volvo V70")]
+    before = {"USER.md": "# User\n- Drives a Volvo V70\n"}
+    after = {"USER.md": "# User\n- Drives a Volvo V70\n## Pets\n- Cat: Luna (a cat)\n"}
+    [cat, volvo] = account(facts, before, after)
+    assert (cat.status, cat.where) == ("written", "USER.md:4")
+    assert (volvo.status, volvo.where) == ("known", "USER.md:2")
+    [lost] = account(facts[:1], before, before)
+    assert lost.status == "missing" and not lost.accounted
