@@ -212,7 +212,7 @@ def dream(
         sys.stdout.write(result.describe(SHELL_HINTS) + "\n")
     if not result.ok:
         if not background:
-            sys.stderr.write(f"error: {result.describe(SHELL_HINTS)}\n")
+            sys.stderr.write(f"error: {result.describe(SHELL_HINTS).splitlines()[0]}\n")  # one line
         raise typer.Exit(1)
 
 
