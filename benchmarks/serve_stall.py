@@ -26,7 +26,7 @@ import uvicorn
 from hippobot.agent.agent import Agent
 from hippobot.cli.onboard import onboard
 from hippobot.config import load_settings
-from hippobot.memory.redact import redact_secrets
+from hippobot.redact import redact_secrets
 from hippobot.server.app import create_app
 from hippobot.server.run import GracefulServer, bind_socket
 from hippobot.server.security import WebPolicy

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from hippobot.agent.budget import Budget
 from hippobot.cli.onboard import onboard
 from hippobot.config import Settings, load_settings
 from hippobot.context import tokens
+from hippobot.context.budget import Budget
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.memory.history import HistorySource
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message
-from hippobot.session.model import Session
+from hippobot.session.model import Session, SessionUsage
 from hippobot.session.records import snapshot
 from hippobot.session.store import JsonlSessionStore
 
@@ -229,8 +229,9 @@ def pregenerate(settings: Settings, workload: Workload, turns: int, fixed_tokens
         session.updated_at = messages[-1]["timestamp"]
         # What the last real turn would have recorded: its request's size and the reply's.
         reply = costs[-1]
-        session.usage = {"prompt_tokens": fixed_tokens + window - reply, "completion_tokens": reply,
-                         "cached_tokens": 0, "messages_at": len(messages), "replay_start": last}
+        session.usage = SessionUsage(prompt_tokens=fixed_tokens + window - reply,
+                                     completion_tokens=reply, cached_tokens=0,
+                                     messages_at=len(messages), replay_start=last)
     path = JsonlSessionStore(settings.workspace).path_for(KEY)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = snapshot(session, with_meta=True)
@@ -245,7 +246,7 @@ def fixed_tokens(settings: Settings) -> int:
 
     agent = Agent(settings)
     registry = agent.tools_for(KEY)
-    system = agent.system_prompt(Session(key=KEY), registry.names())
+    system = agent.prompts.system_prompt(Session(key=KEY), registry.names())
     return tokens.count_text(system.text) + tokens.count_tools(registry.schemas())
 
 

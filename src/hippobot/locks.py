@@ -10,6 +10,14 @@ purpose ``filelock`` package costs about 0.3–0.5 ms per acquire/release here, 
 * :func:`acquire_async` / :func:`locked_async` — for coroutines: polls a non-blocking ``flock`` with ``asyncio.sleep`` so
   the event loop is never blocked; not re-entrant (callers serialise per key with an
   ``asyncio.Lock`` first).
+* :class:`PathLock` — one or several of these locks (taken in sorted order, so two holders
+  of overlapping sets never deadlock) usable both ways: ``with`` in a worker thread,
+  ``async with`` on the event loop. This is the one lock API for files several writers
+  change (see :mod:`hippobot.workspace` for the names). Never use the ``with`` form on the
+  event loop thread: waiting there freezes every session of a server.
+
+Because ``flock`` locks belong to an open file description, a coroutine holding a lock
+through :func:`acquire_async` also excludes threads of the same process (and vice versa).
 
 Where ``fcntl`` does not exist (Windows), both fall back to the ``filelock`` package.
 """
@@ -30,7 +38,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["HeldLock", "LockTimeout", "acquire_async", "locked", "locked_async"]
+__all__ = ["HeldLock", "LockTimeout", "PathLock", "acquire_async", "locked", "locked_async", "many"]
 
 _POLL_S = 0.005
 
@@ -40,6 +48,8 @@ class LockTimeout(TimeoutError):
 
 
 class _PathLock:
+    __slots__ = ("__weakref__", "depth", "fd", "path", "rlock")
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.rlock = threading.RLock()
@@ -173,3 +183,68 @@ async def locked_async(path: Path | str, timeout: float = -1, poll: float = 0.05
         yield
     finally:
         held.release()
+
+
+class PathLock:
+    """The locks on ``paths`` as one lock, for threads (``with``) and coroutines
+    (``async with``). ``timeout`` < 0 waits forever, 0 tries once; running out raises
+    :class:`LockTimeout`. An ``OSError`` creating a lock file propagates."""
+
+    def __init__(self, paths: Path | str | list[Path] | list[str], timeout: float = -1) -> None:
+        items = paths if isinstance(paths, list) else [paths]
+        self.paths = sorted({os.fspath(p) for p in items})
+        self.timeout = timeout
+        self._stack: contextlib.ExitStack | None = None
+        self._held: list[HeldLock] = []
+
+    def __repr__(self) -> str:
+        return f"PathLock({self.paths!r})"
+
+    # -- threads --
+
+    def __enter__(self) -> PathLock:
+        stack = contextlib.ExitStack()
+        deadline = None if self.timeout < 0 else time.monotonic() + self.timeout
+        try:
+            for path in self.paths:
+                left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                stack.enter_context(locked(path, timeout=left))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+
+    # -- coroutines --
+
+    async def __aenter__(self) -> PathLock:
+        deadline = None if self.timeout < 0 else time.monotonic() + self.timeout
+        held: list[HeldLock] = []
+        try:
+            for path in self.paths:
+                left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                held.append(await acquire_async(path, timeout=left, poll=_ASYNC_POLL_S))
+        except BaseException:
+            for h in reversed(held):
+                h.release()
+            raise
+        self._held = held
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        held, self._held = self._held, []
+        for h in reversed(held):
+            h.release()
+
+
+_ASYNC_POLL_S = 0.02
+
+
+def many(paths: list[Path] | list[str], timeout: float = -1) -> PathLock:
+    """One :class:`PathLock` over several lock files."""
+    return PathLock(paths, timeout)

@@ -106,6 +106,7 @@ async def test_recent_history_shares_durable_facts_unless_chats_are_kept_apart(m
     assert "busy today" not in system
 
     agent.settings.defaults.see_other_sessions = False
+    agent = type(agent)(agent.settings)  # settings are read once: the next process
     scripted_model.reply("ok")
     await agent.turn("cli:direct", "hi again")
     system = scripted_model.requests[-1].messages[0]["content"]

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from hippobot.agent.events import ToolStarted
 from hippobot.errors import ProviderError
+from hippobot.loop.events import ToolStarted
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
 from hippobot.session.keys import key_to_relpath
 

@@ -75,7 +75,7 @@ def test_pregenerated_session_loads_like_a_real_one(tmp_path: Path) -> None:
     session = JsonlSessionStore(workspace).load(KEY)
     assert session is not None and len(session.messages) == made.messages == 800
     assert session.last_consolidated == made.last_consolidated > 0
-    assert session.usage and session.usage["messages_at"] == 800
+    assert session.usage and session.usage.messages_at == 800
     assert session.messages[0]["content"].count("[Runtime Context") == 1
     history = [json.loads(line) for line in
                (workspace / "memory" / "history.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -15,8 +15,6 @@ from hippobot.context import tokens
 from hippobot.context.builder import (
     ContextBuilder,
     PromptInputs,
-    SystemPrompt,
-    build_messages,
     build_system_prompt,
 )
 from hippobot.context.loader import WorkspaceFiles, bundled_template
@@ -252,21 +250,6 @@ def test_no_clock_in_the_system_prompt(tmp_path):
     prompt = build_system_prompt(inputs(tmp_path, recent_history=[], archived_summary=None))
     assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}", prompt.text)
     assert "Current Time" not in prompt.text
-
-
-def test_build_messages_sends_system_history_and_current_without_bookkeeping(tmp_path):
-    system = SystemPrompt((), "SYSTEM")
-    history = [
-        {"role": "user", "content": "hi", "timestamp": "2026-11-01T09:00:00"},
-        {"role": "assistant", "content": "hello", "timestamp": "2026-11-01T09:00:01"},
-    ]
-    current = {"role": "user", "content": "next", "_runtime_context": {"version": 1, "suffix": ""}}
-    assert build_messages(system, history, current) == [
-        {"role": "system", "content": "SYSTEM"},
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello"},
-        {"role": "user", "content": "next"},
-    ]
 
 
 @pytest.mark.parametrize("channel,hint", [("cli", "terminal"), ("telegram", "chat app"), ("webhook", None)])

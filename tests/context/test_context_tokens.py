@@ -208,21 +208,23 @@ def test_tool_schemas_are_counted_once_per_text():
 
 
 def test_prompt_estimate_uses_provider_usage_plus_new_messages():
+    from hippobot.context.budget import usage_estimate
+    from hippobot.session.model import Session, SessionUsage
+
     history = [
         {"role": "user", "content": "first question"},
         {"role": "assistant", "content": "first answer"},
         {"role": "user", "content": ENGLISH},
     ]
-    fresh = tokens.estimate_prompt("system text", history, [])
-    assert fresh == tokens.count_text("system text") + tokens.MESSAGE_OVERHEAD + tokens.count_messages(history)
+    session = Session(key="cli:direct", messages=list(history))
+    assert usage_estimate(session) is None  # no report yet: the caller counts the prompt
     # the provider said the request with the first message cost 1000 tokens
-    grounded = tokens.estimate_prompt(
-        "system text", history, [], usage_prompt_tokens=1000, usage_messages_at=1
-    )
-    assert grounded == 1000 + tokens.count_messages(history[1:])
+    session.usage = SessionUsage(prompt_tokens=1000, messages_at=1, replay_start=0)
+    assert usage_estimate(session) == 1000 + tokens.count_messages(history[1:])
     # usage that covers more messages than exist (history was consolidated) is ignored
-    stale = tokens.estimate_prompt("system text", history[:1], [], usage_prompt_tokens=1000, usage_messages_at=3)
-    assert stale == tokens.estimate_prompt("system text", history[:1], [])
+    session.usage = SessionUsage(prompt_tokens=1000, messages_at=3, replay_start=0)
+    session.messages = history[:1]
+    assert usage_estimate(session) is None
 
 
 def test_set_mode_rejects_unknown_modes():

@@ -58,14 +58,14 @@ async def test_dream_writes_facts_commits_and_restore_undoes_exactly_that(make_a
     assert "Has a cat named Luna" in system and "PostgreSQL 16" in system
 
     # The diff is inspectable.
-    log_text = describe_log(agent, None)
+    log_text = describe_log(agent.git, None)
     assert "+- Has a cat named Luna" in log_text
     sha = agent.git.log(limit=1, prefix="dream:")[0].short_sha
 
     # A later manual edit survives the restore of the Dream commit.
     user = ws / "USER.md"
     user.write_text(user.read_text().replace("- Languages:", "- Languages: English, Welsh"))
-    text = describe_restore(agent, sha)
+    text = describe_restore(agent.git, sha)
     assert "Undid" in text
     after = user.read_text()
     assert "Has a cat named Luna" not in after
@@ -73,7 +73,7 @@ async def test_dream_writes_facts_commits_and_restore_undoes_exactly_that(make_a
     assert "PostgreSQL 16" not in (ws / "memory/MEMORY.md").read_text()
     assert agent.memory.dream_cursor() == 2  # not rewound: what was undone stays undone
     assert git_log(ws)[0].startswith("restore: undo")
-    assert "restore: undo" in list_versions(agent)
+    assert "restore: undo" in list_versions(agent.git)
 
 
 async def test_nothing_pending_says_so_and_changes_nothing(make_agent, scripted_model):
@@ -187,7 +187,7 @@ async def test_a_broken_git_repo_keeps_chat_working(make_agent, scripted_model):
     (agent.workspace / ".git" / "HEAD").write_text("garbage")
     scripted_model.reply("still chatting")
     assert (await agent.turn("cli:direct", "hi")).reply == "still chatting"
-    assert "off" in describe_log(agent, None)
+    assert "off" in describe_log(agent.git, None)
 
 
 def test_finding_parser():

@@ -83,10 +83,10 @@ async def test_edits_that_do_not_apply_keep_the_batch_pending_and_write_nothing(
 
 async def test_a_timeout_leaves_entries_pending_with_one_clear_line(make_agent, scripted_model, scripted_server):
     agent = make_agent()
-    agent._provider = make_provider(
+    agent.llm.use(make_provider(
         "openai", api_key="sk-test-key-000000000000", api_base=scripted_server.base_url, timeout=0.5,
         retry=RetryPolicy(max_attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0),
-    )
+    ))
     plant(agent, CAT)
     scripted_model.hang(5)
     scripted_model.hang(5)
@@ -163,7 +163,7 @@ async def test_a_fact_superseded_in_the_same_batch_is_rejected_not_written(make_
 
 async def test_lines_the_user_reverted_are_not_required_or_re_added(make_agent, scripted_model, monkeypatch):
     agent = make_agent()
-    monkeypatch.setattr(agent.dream, "do_not_readd", lambda: ["- Has a cat named Luna"])
+    monkeypatch.setattr(agent.dream, "do_not_readd", lambda pending=(): ["- Has a cat named Luna"])
     plant(agent, CAT)
     scripted_model.reply("[SKIP] nothing new")
     result = await agent.dream.run()

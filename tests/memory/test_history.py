@@ -13,7 +13,7 @@ from hippobot.memory.history import (
     split_legacy_history,
     strip_think,
 )
-from hippobot.memory.redact import REDACTED, redact_exact, redact_secrets
+from hippobot.redact import REDACTED, redact_exact, redact_secrets
 
 # --- HistoryEntry serialisation ------------------------------------------------------------
 

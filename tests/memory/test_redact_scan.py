@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippobot.memory import redact
-from hippobot.memory.redact import REDACTED, redact_secrets
+from hippobot import redact
+from hippobot.redact import REDACTED, redact_secrets
 
 PIECES = [
     "token", "api_key", "apiKey", "API-KEY", "secret", "secret_key", "SECRET-KEY", "password",

@@ -15,8 +15,8 @@ import pytest
 
 from hippobot.errors import StorageError
 from hippobot.memory import HistorySource, MemoryStore, atomic_write_text, parse_line
-from hippobot.memory.redact import REDACTED
 from hippobot.memory.store import TRUNCATION_SUFFIX
+from hippobot.redact import REDACTED
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXED = datetime(2026, 4, 3, 0, 2)

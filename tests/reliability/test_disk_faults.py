@@ -188,7 +188,7 @@ async def test_a_read_only_workspace_can_still_be_read(small_disk, workspace_mod
     try:
         session = reader.sessions.get("cli:direct")
         assert len(session.messages) == 2
-        reader.build_request_messages(session)  # what `hippobot context` shows
+        reader.prompts.prepare(session)  # what `hippobot context` shows
     finally:
         assert _run("mount", "-o", "remount,rw", str(small_disk))
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import pytest
 
 from hippobot.agent.agent import Agent
-from hippobot.agent.events import ReplyRestart
 from hippobot.errors import ProviderError
+from hippobot.loop.events import ReplyRestart
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
 from hippobot.session.keys import key_to_relpath

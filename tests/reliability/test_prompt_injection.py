@@ -53,7 +53,7 @@ def _forged_lines(agent, system: str) -> list[str]:
     if INJECTION in (memory / "MEMORY.md").read_text():
         (memory / "MEMORY.md").write_text("# Long-term Memory\n\n## Facts\n- likes tea\n")
     session = agent.sessions.get(KEY)
-    benign = agent.system_prompt(session, agent.tools_for(KEY).names()).text
+    benign = agent.prompts.system_prompt(session, agent.tools_for(KEY).names()).text
     return sorted((_scaffolding(system) - _scaffolding(benign)).elements())
 
 

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hippobot.session import JsonlSessionStore, SessionManager
+from hippobot.session.model import SessionUsage
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nanobot_v0_2_telegram_8281248569.jsonl"
 KEY = "telegram:8281248569"
@@ -33,7 +34,7 @@ def test_loading_a_legacy_session_reads_it_and_writes_nothing(tmp_path: Path) ->
     ]  # fmt: skip
     assert session.last_consolidated == 2
     assert session.summary is not None and session.summary.text == "- User prefers replies in German"
-    assert session.usage == {"prompt_tokens": 1834, "completion_tokens": 41, "cached_tokens": 1792}
+    assert session.usage == SessionUsage(prompt_tokens=1834, completion_tokens=41, cached_tokens=1792)
     assert session.metadata["title"] == "Backup status"
     assert session.metadata["migrated_from"]["file"] == old.name
     assert session.created_at.startswith("2026-03-20T09:14:02.118")

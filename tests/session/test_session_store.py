@@ -15,7 +15,7 @@ import pytest
 from hippobot.errors import StorageError, UserError
 from hippobot.messages import Message
 from hippobot.session import JsonlSessionStore, Session, SessionInfo
-from hippobot.session.model import ArchivedSummary
+from hippobot.session.model import ArchivedSummary, SessionUsage
 
 KEY = "cli:direct"
 
@@ -35,8 +35,8 @@ def turn(store: JsonlSessionStore, session: Session, n: int) -> None:
         session.add({"role": "assistant", "content": f"answer {n:04d}"}),
     ]
     store.append(session, added)
-    session.usage = {"prompt_tokens": 1000, "completion_tokens": 10, "cached_tokens": 900,
-                     "messages_at": len(session.messages)}
+    session.usage = SessionUsage(prompt_tokens=1000, completion_tokens=10, cached_tokens=900,
+                                 messages_at=len(session.messages))
     store.save_meta(session)
 
 
@@ -110,8 +110,8 @@ def test_last_meta_record_wins(tmp_path: Path) -> None:
     loaded = JsonlSessionStore(tmp_path).load(KEY)
     assert loaded is not None
     assert (loaded.last_consolidated, loaded.metadata) == (6, {"round": 2})
-    assert loaded.usage == {"prompt_tokens": 1000, "completion_tokens": 10,
-                            "cached_tokens": 900, "messages_at": 6}
+    assert loaded.usage == SessionUsage(prompt_tokens=1000, completion_tokens=10,
+                                        cached_tokens=900, messages_at=6)
 
 
 def test_new_session_file_has_no_meta_noise(tmp_path: Path) -> None:

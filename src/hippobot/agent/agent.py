@@ -8,7 +8,6 @@ sessions, memory files, prompts and tools each live behind their own module.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -20,27 +19,28 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.background import BackgroundJobs
-from hippobot.agent.budget import Budget, usage_estimate
-from hippobot.agent.events import EventSink, Notice
-from hippobot.agent.runner import Runner, RunResult
-from hippobot.agent.wire import to_wire
 from hippobot.config import Settings
 from hippobot.context import tokens
-from hippobot.context.builder import PromptInputs, SystemPrompt, build_system_prompt
+from hippobot.context.assembler import PromptAssembler, split_key
+from hippobot.context.budget import Budget
+from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
-from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
 from hippobot.context.skills import SkillsIndex
-from hippobot.errors import ProviderError, StorageError, UserError
+from hippobot.errors import ProviderError, StorageError
+from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
-from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.loop.events import EventSink, Notice
+from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
-from hippobot.messages import Message
+from hippobot.messages import Message, ToolCall
+from hippobot.providers.model import ModelClient
+from hippobot.redact import redact_exact, redact_secrets
 from hippobot.session.keys import validate_key
 from hippobot.session.manager import SessionManager
-from hippobot.session.model import Session
+from hippobot.session.model import Session, SessionUsage
 from hippobot.session.store import JsonlSessionStore
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.lifecycle.consolidator import Consolidator
@@ -70,11 +70,6 @@ def _map_strings(value: Any, clean: Any) -> Any:
     return value
 
 
-def split_key(key: str) -> tuple[str, str]:
-    channel, _, chat = key.partition(":")
-    return channel, chat or channel
-
-
 @dataclass(slots=True)
 class TurnResult:
     reply: str
@@ -82,8 +77,24 @@ class TurnResult:
     run: RunResult | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TurnLimits:
+    """The per-turn settings, read once from the configuration."""
+
+    max_iterations: int
+    max_tokens: int
+    temperature: float
+    max_tool_result_chars: int
+    idle_compact_after_minutes: int
+
+
 class Agent:
-    """One workspace, its sessions and memory, and a (lazily created) model."""
+    """One workspace, its sessions and memory, and a (lazily created) model.
+
+    The constructor is the composition root: every service gets the narrow collaborators
+    it needs (sessions, memory, the prompt assembler, the model, the budget, the jobs, the
+    workspace's paths and locks) and never the agent itself.
+    """
 
     def __init__(
         self,
@@ -95,50 +106,74 @@ class Agent:
     ) -> None:
         self.settings = settings
         self.workspace = settings.workspace
+        self.paths = Workspace(self.workspace)
         self.project = project.resolve() if project else None
-        self._provider = provider
         self._now = now or (lambda: datetime.now().astimezone())
         defaults = settings.defaults
+        self.limits = TurnLimits(
+            max_iterations=defaults.max_tool_iterations,
+            max_tokens=defaults.max_tokens,
+            temperature=defaults.temperature,
+            max_tool_result_chars=defaults.max_tool_result_chars,
+            idle_compact_after_minutes=defaults.idle_compact_after_minutes,
+        )
         self.budget = Budget(
             context_window=defaults.context_window_tokens,
             max_tokens=defaults.max_tokens,
             threshold=defaults.consolidation_threshold,
             ratio=defaults.consolidation_ratio,
         )
+        self._secrets = tuple(settings.secrets())
         self.sessions = SessionManager(JsonlSessionStore(self.workspace))
-        self.memory = MemoryStore(self.workspace, known_secrets=settings.secrets())
+        self.memory = MemoryStore(self.workspace, known_secrets=self._secrets)
         self.files = WorkspaceFiles(
             self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
         )
         self.skills = SkillsIndex(self.workspace, env=settings.env)
         self.jobs = BackgroundJobs()
+        self.llm = ModelClient(
+            settings.model_target,
+            max_tokens=defaults.max_tokens,
+            temperature=defaults.temperature,
+            fallback_name=defaults.model,
+            provider=provider,
+        )
         self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
-        self._wire_cache: dict[str, dict[int, tuple[Message, dict[str, Any]]]] = {}
-        self._secrets = settings.secrets()
-        self.retry_policy: RetryPolicy | None = None  # None: the provider's default policy
+        self.prompts = PromptAssembler(
+            builder=ContextBuilder(
+                self.files, self.skills, max_history_tokens=self.budget.history_tokens
+            ),
+            history=self.memory,
+            tools_for=self.tools_for,
+            model_label=self.llm.label,
+            budget=self.budget,
+            max_history_messages=defaults.max_history_messages,
+            include_other_sessions=defaults.see_other_sessions,
+        )
         self._window_checked = False
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
     @property
-    def provider(self) -> Provider:
-        if self._provider is None:
-            from hippobot.providers.factory import make_provider
+    def retry_policy(self) -> RetryPolicy | None:
+        return self.llm.retry
 
-            target = self.settings.model_target()
-            self._provider = make_provider(
-                target.kind,
-                api_key=target.api_key,
-                api_base=target.api_base,
-                extra_headers=target.extra_headers,
-                retry=self.retry_policy,
-                name=target.provider,
-            )
-        return self._provider
+    @retry_policy.setter
+    def retry_policy(self, policy: RetryPolicy | None) -> None:
+        self.llm.retry = policy  # None: the provider's default policy
+
+    @property
+    def provider(self) -> Provider:
+        return self.llm.provider
 
     @property
     def model(self) -> str:
-        return self.settings.model_target().model
+        """The configured model (resolved once; raises UserError when there is none)."""
+        return self.llm.name
+
+    def model_label(self) -> str:
+        """The model name for display: configured or not, never an error."""
+        return self.llm.label()
 
     @cached_property
     def recall(self) -> RecallIndex:
@@ -147,22 +182,40 @@ class Agent:
         return RecallIndex(self.workspace)
 
     @cached_property
-    def consolidator(self) -> Consolidator:
-        from hippobot.lifecycle.consolidator import Consolidator
-
-        return Consolidator(self)
-
-    @cached_property
     def git(self) -> GitStore:
         from hippobot.memory.gitstore import GitStore
 
         return GitStore(self.workspace)
 
     @cached_property
+    def consolidator(self) -> Consolidator:
+        from hippobot.lifecycle.consolidator import Consolidator
+
+        return Consolidator(
+            sessions=self.sessions,
+            memory=self.memory,
+            prompts=self.prompts,
+            model=self.llm,
+            budget=self.budget,
+            jobs=self.jobs,
+            workspace=self.paths,
+            idle_minutes=self.limits.idle_compact_after_minutes,
+            redact=self.redact,
+        )
+
+    @cached_property
     def dream(self) -> Dream:
         from hippobot.lifecycle.dream import Dream
 
-        return Dream(self)
+        return Dream(
+            workspace=self.paths,
+            memory=self.memory,
+            git=lambda: self.git,
+            model=self.llm,
+            config=self.settings.defaults.dream,
+            budget=self.budget,
+            redact=self.redact,
+        )
 
     def versioning_state(self) -> str:
         git = self.git
@@ -174,9 +227,22 @@ class Agent:
 
     def start_schedulers(self) -> list[asyncio.Task[None]]:
         """Background loops of a long-running process: Dream schedule, idle compaction."""
-        from hippobot.lifecycle.schedule import start_schedulers
+        from hippobot.lifecycle.schedule import Schedules, start_schedulers
 
-        return start_schedulers(self)
+        if not self.llm.configured():
+            return []
+        return start_schedulers(
+            Schedules(
+                dream=self.dream,
+                consolidator=self.consolidator,
+                sessions=self.sessions,
+                memory=self.memory,
+                jobs=self.jobs,
+                config=self.settings.defaults.dream,
+                idle_minutes=self.limits.idle_compact_after_minutes,
+                history_tokens=self.budget.history_tokens,
+            )
+        )
 
     def tools_for(self, key: str) -> ToolRegistry:
         """The model's tools for one session (cached: the schema bytes must stay stable)."""
@@ -184,91 +250,19 @@ class Agent:
         if registry is None:
             from hippobot.agent.toolset import build_registry
 
-            registry = build_registry(self, key)
+            registry = build_registry(
+                self.settings,
+                workspace=self.paths,
+                project=self.project,
+                recall=self.recall,
+                session_key=key,
+            )
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
-                evicted, _ = self._registries.popitem(last=False)
-                self._wire_cache.pop(evicted, None)
+                self._registries.popitem(last=False)
         else:
             self._registries.move_to_end(key)
         return registry
-
-    # --- prompt ------------------------------------------------------------------------
-
-    def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
-        channel, _ = split_key(session.key)
-        selection = self.recent_history(session.key)
-        summary = session.summary.text if session.summary else None
-        inputs = PromptInputs(
-            workspace=self.workspace,
-            project=self.project,
-            bootstrap=self.files.bootstrap(),
-            memory=self.files.memory(),
-            skills=self.skills.skills(),
-            recent_history=selection.entries,
-            archived_summary=summary,
-            tool_names=tuple(tool_names),
-            channel=channel,
-            model=self.model_label(),
-            max_history_tokens=self.budget.history_tokens,
-            recent_history_note=selection.note,
-        )
-        return build_system_prompt(inputs)
-
-    def recent_history(self, key: str) -> RecentSelection:
-        """What ``# Recent History`` shows in session ``key``: pending archive entries of
-        this session and the durable lines of the others' (context.recent)."""
-        pending = self.memory.read_history(after=self.memory.dream_cursor())
-        return select_recent_history(
-            [RecentEntry(e.cursor, e.timestamp, e.content, e.session_key) for e in pending],
-            session_key=key,
-            include_other_sessions=self.settings.defaults.see_other_sessions,
-            max_tokens=self.budget.history_tokens,
-        )
-
-    def model_label(self) -> str:
-        """The model name for display: configured or not, never an error."""
-        try:
-            return self.model
-        except UserError:
-            return self.settings.defaults.model
-
-    def replay(self, session: Session, system: SystemPrompt, tools: list[dict[str, Any]]) -> list[Message]:
-        """The stored messages replayed this turn, capped to what fits the input budget."""
-        max_tokens = 0
-        if self.budget.enabled and not self._clearly_fits(session):
-            fixed = tokens.count_text(system.text) + tokens.count_tools(tools)
-            max_tokens = max(256, self.budget.input - fixed)
-        return session.get_history(
-            max_messages=self.settings.defaults.max_history_messages,
-            max_tokens=max_tokens,
-            count_tokens=tokens.count_message if max_tokens else None,
-        )
-
-    def _clearly_fits(self, session: Session) -> bool:
-        """True when the last request's reported size plus what came since is far below the
-        budget: then the replay needs no token cap and nothing has to be counted exactly
-        (which keeps a turn's cost independent of the session's length)."""
-        size = usage_estimate(session, count=tokens.estimate_messages)
-        return size is not None and size < 0.85 * self.budget.input
-
-    def build_request_messages(self, session: Session) -> tuple[list[dict[str, Any]], ToolRegistry]:
-        """The exact wire messages a turn on ``session`` would send now (also for /context)."""
-        registry = self.tools_for(session.key)
-        system = self.system_prompt(session, registry.names())
-        history = self.replay(session, system, registry.schemas())
-        # Stored messages never change, so each one's wire form is built once and reused
-        # while it is replayed (the entry keeps the message alive, so ids are never confused).
-        previous = self._wire_cache.get(session.key, {})
-        current: dict[int, tuple[Message, dict[str, Any]]] = {}
-        wire: list[dict[str, Any]] = [{"role": "system", "content": system.text}]
-        for m in history:
-            hit = previous.get(id(m))
-            item = hit[1] if hit is not None and hit[0] is m else to_wire(m)
-            current[id(m)] = (m, item)
-            wire.append(item)
-        self._wire_cache[session.key] = current
-        return wire, registry
 
     def user_message(self, key: str, text: str, media: Sequence[str] = ()) -> Message:
         channel, chat = split_key(key)
@@ -287,7 +281,7 @@ class Agent:
     def redact(self, text: str) -> str:
         return redact_secrets(redact_exact(text, self._secrets))
 
-    def _redact_call(self, call: dict[str, Any]) -> dict[str, Any]:
+    def _redact_call(self, call: ToolCall) -> ToolCall:
         """A stored copy of a tool call without secrets in its arguments.
 
         The tool itself runs with what the model sent; only the record (and so every later
@@ -296,7 +290,7 @@ class Agent:
         """
         function = call.get("function")
         args = function.get("arguments") if isinstance(function, dict) else None
-        if not isinstance(args, str):
+        if not isinstance(args, str) or not isinstance(function, dict):
             return call
         try:
             value = json.loads(args)
@@ -331,35 +325,36 @@ class Agent:
             reply = await CommandRouter(self).dispatch(key, text.strip())
             if reply is not None:
                 return TurnResult(reply=reply, command=True)
-        self.settings.model_target()  # no model configured: say so before anything is saved
+        self.llm.check()  # no model configured: say so before anything is saved
         if media:
             from hippobot.context.images import load_image_block
 
             for path in media:  # fail before anything is saved: a clear error, nothing lost
                 load_image_block(Path(path).expanduser())
-        session = self.sessions.get(key)
+        session = await self.sessions.aget(key)  # a file lock wait must not block the loop
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
             # Redacting and counting a long message take a while: not on the event loop.
             user = await asyncio.to_thread(self._counted_user_message, key, text, media)
             await self.sessions.append(session, user)
-            messages, registry = self.build_request_messages(session)
+            request = self.prompts.prepare(session)
             runner = Runner(
                 provider=self.provider,
                 model=self.model,
-                tools=registry,
-                max_iterations=self.settings.defaults.max_tool_iterations,
+                tools=request.tools,
+                max_iterations=self.limits.max_iterations,
                 # a request's own cap never raises the reply reserve the budget kept free
                 max_tokens=min(max_tokens or self.budget.reply_reserve, self.budget.reply_reserve),
-                temperature=self.settings.defaults.temperature,
-                max_tool_result_chars=self.settings.defaults.max_tool_result_chars,
+                temperature=self.limits.temperature,
+                max_tool_result_chars=self.limits.max_tool_result_chars,
                 stop=tuple(stop),
             )
 
             async def persist(msg: Message) -> Message:
-                if isinstance(msg.get("content"), str):
-                    msg["content"] = self.redact(msg["content"])  # type: ignore[typeddict-item]
+                content = msg.get("content")
+                if isinstance(content, str):
+                    msg["content"] = self.redact(content)
                 if msg.get("tool_calls"):
                     msg["tool_calls"] = [self._redact_call(c) for c in msg["tool_calls"]]
                 (stored,) = await self.sessions.append(session, msg)
@@ -367,18 +362,18 @@ class Agent:
 
             before = await asyncio.to_thread(self._memory_snapshot)
             try:
-                result = await runner.run(messages, persist, on_event)
+                result = await runner.run(request.messages, persist, on_event)
             except ProviderError as exc:  # an endpoint may echo the key it rejected
                 exc.args = (self.redact(str(exc)), *exc.args[1:])
                 raise
             if result.usage is not None:
-                session.usage = {
-                    "prompt_tokens": result.usage.prompt_tokens,
-                    "completion_tokens": result.usage.completion_tokens,
-                    "cached_tokens": result.usage.cached_tokens,
-                    "messages_at": len(session.messages),
-                    "replay_start": session.replay_start,
-                }
+                session.usage = SessionUsage(
+                    prompt_tokens=result.usage.prompt_tokens,
+                    completion_tokens=result.usage.completion_tokens,
+                    cached_tokens=result.usage.cached_tokens,
+                    messages_at=len(session.messages),
+                    replay_start=session.replay_start,
+                )
             await self.sessions.save_meta(session)
         written = self._written_paths(result.messages)
         if written:
@@ -396,8 +391,7 @@ class Agent:
         the event loop stays free and a cancelled turn never leaves the lock held.
         """
         async with self.sessions.lock(key):
-            digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
-            path = self.workspace / ".hippobot" / "locks" / f"turn-{digest}.lock"
+            path = self.paths.turn_lock(key)
             try:
                 try:
                     held = await acquire_async(path, timeout=0)  # usually free at once
@@ -421,8 +415,8 @@ class Agent:
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""
-        fresh = session.metadata.get("fresh_start")
-        if isinstance(fresh, int) and session.last_consolidated < fresh:
+        fresh = session.fresh_start
+        if session.last_consolidated < fresh:
             # A /new whose archiving did not finish before its process exited.
             key = f"archive:{session.key}"
             if not self.jobs.running(key):
@@ -503,7 +497,7 @@ class Agent:
         from hippobot.prompts import render
 
         registry = self.tools_for(session.key)
-        system = self.system_prompt(session, registry.names())
+        system = self.prompts.system_prompt(session, registry.names())
         fixed = sum(
             tokens.count_text(s.text) + 4
             for s in system.sections
@@ -517,7 +511,7 @@ class Agent:
         room for a conversation (checked once per process)."""
         if self._window_checked or not self.budget.enabled:
             return
-        from hippobot.agent.budget import check_window
+        from hippobot.context.budget import check_window
 
         check_window(
             self.budget, self.fixed_prompt_tokens(session),
@@ -535,9 +529,4 @@ class Agent:
     async def aclose(self, timeout: float | None = 120.0) -> None:
         """Finish background work (consolidation, /new archiving) before the process exits."""
         await self.jobs.drain(timeout)
-        close = getattr(self._provider, "aclose", None)
-        if close is not None:
-            try:
-                await close()
-            except Exception as exc:  # closing idle connections must not fail a shutdown
-                log.debug("closing the provider failed: %s", exc)
+        await self.llm.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -68,15 +69,15 @@ class CommandRouter:
 
     async def _new(self, key: str, arg: str) -> str:
         agent = self.agent
-        session = agent.sessions.get(key)
+        session = await agent.sessions.aget(key)
         async with agent.sessions.lock(key):
             await agent.sessions.refresh(session)
             end = len(session.messages)
             pending = end - session.last_consolidated
-            session.metadata["fresh_start"] = end
+            session.fresh_start = end
             session.summary = None
             await agent.sessions.save_meta(session)
-        if pending > 0 and agent.settings.model_configured():
+        if pending > 0 and agent.llm.configured():
             agent.jobs.schedule(
                 f"archive:{key}", lambda: agent.consolidator.archive_until(session, end)
             )
@@ -86,11 +87,13 @@ class CommandRouter:
     async def _status(self, key: str, arg: str) -> str:
         from hippobot.agent.inspect import status_report
 
+        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
         return status_report(self.agent, key).to_text()
 
     async def _context(self, key: str, arg: str) -> str:
         from hippobot.agent.inspect import context_report
 
+        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
         return context_report(self.agent, key).to_text(full=arg == "full")
 
     async def _dream(self, key: str, arg: str) -> str:
@@ -100,16 +103,21 @@ class CommandRouter:
     async def _dream_log(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_log
 
-        return describe_log(self.agent, arg or None)
+        return await asyncio.to_thread(describe_log, self.agent.git, arg or None)
 
     async def _dream_restore(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.versions import describe_restore, list_versions
 
         if not arg:
-            return list_versions(self.agent)
-        return describe_restore(self.agent, arg)
+            return await asyncio.to_thread(list_versions, self.agent.git)
+        git, memory = self.agent.git, self.agent.memory
+
+        def restore() -> str:
+            return describe_restore(git, arg, after_cursor=memory.last_cursor())
+
+        return await asyncio.to_thread(restore)
 
     async def _dream_prompt(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.dream import dream_prompt_command
 
-        return dream_prompt_command(self.agent, arg)
+        return await asyncio.to_thread(dream_prompt_command, self.agent.dream, arg)

@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.budget import BudgetSplit
 from hippobot.context import tokens
+from hippobot.context.budget import BudgetSplit
 from hippobot.context.builder import SystemPrompt
 from hippobot.context.loader import BOOTSTRAP_FILES
 from hippobot.messages import Message
@@ -125,6 +125,7 @@ class _Measured:
     system: SystemPrompt
     tools: list[str]
     history: list[Message]
+    messages: list[dict[str, Any]]  # wire form: [system, *history]
     system_tokens: int
     schema_tokens: int
     history_tokens: int
@@ -136,13 +137,10 @@ class _Measured:
 
 def _measure(agent: Agent, key: str) -> _Measured:
     """The next request on ``key``, counted: the one estimate both views report."""
-    session = agent.sessions.get(key)
-    registry = agent.tools_for(key)
-    system = agent.system_prompt(session, registry.names())
-    schemas = registry.schemas()
-    history = agent.replay(session, system, schemas)
+    request = agent.prompts.prepare(agent.sessions.get(key))  # exactly what a turn would send now
+    system, schemas, history = request.system, request.schemas, request.history
     return _Measured(
-        system, list(registry.names()), history,
+        system, list(request.tools.names()), history, list(request.messages),
         tokens.count_text(system.text), tokens.count_tools(schemas), tokens.count_messages(history),
     )
 
@@ -208,9 +206,6 @@ def _blocks(text: str, marker: str) -> list[str]:
 def context_report(agent: Agent, key: str) -> ContextReport:
     measured = _measure(agent, key)
     system, history = measured.system, measured.history
-    from hippobot.agent.wire import to_wire
-
-    wire = [to_wire(m) for m in history]
     budget = agent.budget.input
     sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
     sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
@@ -244,7 +239,7 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         history_messages=len(history),
         history_tokens=measured.history_tokens,
         total_tokens=measured.total,
-        messages=[{"role": "system", "content": system.text}, *wire],
+        messages=measured.messages,
         sources=_sources(agent, system),
         budget=split,
     )
@@ -299,10 +294,10 @@ class StatusReport:
 def status_report(agent: Agent, key: str) -> StatusReport:
     session = agent.sessions.get(key)
     try:
-        target = agent.settings.model_target()
+        target = agent.llm.target
         model, provider = target.model, target.provider
     except Exception:
-        model, provider = agent.settings.defaults.model, ""
+        model, provider = agent.llm.fallback_name, ""
     start = session.replay_start
     return StatusReport(
         workspace=str(agent.workspace),
@@ -314,7 +309,7 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         estimate_tokens=_measure(agent, key).total,  # the same count /context shows
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
-        last_usage=session.usage,
+        last_usage=session.usage.to_dict() if session.usage else None,
         history_entries_pending=agent.memory.pending_count(),
         dream_cursor=agent.memory.dream_cursor(),
         last_cursor=agent.memory.last_cursor(),

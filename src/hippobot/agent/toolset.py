@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hippobot.tools.base import ToolRegistry
 from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
 from hippobot.tools.shell import exec_tool
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config import Settings
+    from hippobot.recall.index import RecallIndex
 
 __all__ = ["build_registry"]
 
 
-def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
-    settings = agent.settings
-    root = agent.project or agent.workspace
+def build_registry(
+    settings: Settings,
+    *,
+    workspace: Workspace,
+    project: Path | None,
+    recall: RecallIndex,
+    session_key: str,
+) -> ToolRegistry:
+    root = project or workspace.root
     # With a project selected, file tools work in the project; the agent workspace stays
     # reachable so the model can still update memory/MEMORY.md when asked to remember.
-    extra = (agent.workspace,) if agent.project else ()
+    extra = (workspace.root,) if project else ()
     from hippobot.context.skills import builtin_skills_dir
 
     policy = PathPolicy(
@@ -30,7 +39,8 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
         restrict=settings.config.tools.restrict_to_workspace,
     )
     registry = ToolRegistry()
-    registry.extend(file_tools(policy))
+    # Every write holds the file's lock, shared with Dream, restores and other sessions.
+    registry.extend(file_tools(policy, lock=workspace.file_lock))
     registry.register(
         exec_tool(
             cwd=root,
@@ -43,7 +53,7 @@ def build_registry(agent: Agent, session_key: str) -> ToolRegistry:
 
     registry.extend(
         recall_tools(
-            agent.recall,
+            recall,
             session_key=session_key,
             include_other_sessions=settings.defaults.see_other_sessions,
         )

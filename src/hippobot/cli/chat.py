@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hippobot.agent.events import (
+from hippobot.errors import HippobotError, ProviderError, UserError
+from hippobot.loop.events import (
     AgentEvent,
     Notice,
     ReplyDelta,
@@ -23,7 +24,6 @@ from hippobot.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-from hippobot.errors import HippobotError, ProviderError, UserError
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent, TurnResult
@@ -253,7 +253,7 @@ async def interactive(agent: Agent, key: str) -> int:
     from prompt_toolkit.history import FileHistory
 
     agent.settings.home.mkdir(parents=True, exist_ok=True)
-    prompt = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
     printer = _Printer(
         sys.stdout, sys.stderr, stream=True, color=True, markdown=_Markdown(sys.stdout),
         spinner=_Spinner(sys.stderr, enabled=sys.stderr.isatty()),

@@ -45,10 +45,12 @@ SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key ch
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def _settings(workspace: Path | None = None, **flags: str | None) -> Settings:
+def _settings(
+    workspace: Path | None = None, *, model: str | None = None, provider: str | None = None
+) -> Settings:
     from hippobot.config import load_settings
 
-    return load_settings(workspace=workspace, **flags)
+    return load_settings(workspace=workspace, model=model, provider=provider)
 
 
 def _agent(settings: Settings, project: Path | None = None) -> Agent:

@@ -139,7 +139,7 @@ def log(
     from hippobot.lifecycle.versions import SHELL_HINTS, commit_json, format_log, log_data
 
     with _list_hint():
-        commit = log_data(_agent(_settings(workspace)), sha)
+        commit = log_data(_agent(_settings(workspace)).git, sha)
     if json_out:
         _print_json(commit_json(commit) if commit else None)
         return
@@ -161,14 +161,14 @@ def restore(
 
     bot = _agent(_settings(workspace))
     if sha is None:
-        found = versions.versions_data(bot)
+        found = versions.versions_data(bot.git)
         if json_out:
             _print_json([versions.commit_json(v) for v in found])
         else:
             sys.stdout.write(versions.format_versions(found, versions.SHELL_HINTS) + "\n")
         return
     with _list_hint():
-        result = versions.restore_data(bot, sha)
+        result = versions.restore_data(bot.git, sha, after_cursor=bot.memory.last_cursor())
     if json_out:
         _print_json(versions.restore_json(result))
     else:

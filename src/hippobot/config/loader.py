@@ -238,7 +238,7 @@ def _check_values(config: Config, path: Path, text: str) -> None:
             )
     cron = defaults.dream.cron
     if cron:
-        from croniter import croniter  # type: ignore[import-untyped]
+        from croniter import croniter
 
         if not croniter.is_valid(cron):
             raise ConfigError(

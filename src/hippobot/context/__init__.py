@@ -12,7 +12,6 @@ from hippobot.context.builder import (
     PromptInputs,
     PromptSection,
     SystemPrompt,
-    build_messages,
     build_system_prompt,
 )
 from hippobot.context.images import load_image_block, user_content
@@ -30,7 +29,6 @@ __all__ = [
     "SystemPrompt",
     "WorkspaceFiles",
     "attach_runtime_context",
-    "build_messages",
     "build_system_prompt",
     "fence_untrusted",
     "is_template",

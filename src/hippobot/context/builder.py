@@ -38,7 +38,6 @@ from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
-from hippobot.messages import wire_message
 from hippobot.prompts import render
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "PromptInputs",
     "PromptSection",
     "SystemPrompt",
-    "build_messages",
     "build_system_prompt",
 ]
 
@@ -304,23 +302,11 @@ def build_system_prompt(inputs: PromptInputs) -> SystemPrompt:
     return prompt
 
 
-def build_messages(
-    system: SystemPrompt, history: Sequence[dict[str, Any]], current: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Wire messages ``[system, *history, current]`` (bookkeeping keys removed).
-
-    Messages are not merged: replaying exactly what was stored keeps the prefix stable.
-    """
-    return [
-        {"role": "system", "content": system.text},
-        *(wire_message(m) for m in history),
-        wire_message(current),
-    ]
-
-
 @dataclass
 class ContextBuilder:
     """Gathers the inputs from disk and builds the prompt; cheap when nothing changed.
+    (The prompt pipeline, :class:`hippobot.context.assembler.PromptAssembler`, builds every
+    system prompt through this.)
 
     Files and skills come through their stat-keyed caches, and the rendered prompt is
     memoised on the inputs, so an unchanged workspace costs a few ``stat`` calls per turn.
@@ -339,6 +325,7 @@ class ContextBuilder:
         tool_names: Sequence[str] = (),
         channel: str = "cli",
         model: str = "",
+        recent_history_note: str = "",
     ) -> PromptInputs:
         return PromptInputs(
             workspace=self.files.workspace,
@@ -353,6 +340,7 @@ class ContextBuilder:
             model=model,
             max_history_entries=self.max_history_entries,
             max_history_tokens=self.max_history_tokens,
+            recent_history_note=recent_history_note,
         )
 
     def build(self, **kwargs: Any) -> SystemPrompt:

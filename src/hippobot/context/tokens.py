@@ -7,8 +7,10 @@ switches for good to :func:`estimate_text`, an offline estimator that stays with
 of cl100k on English prose, code, JSON and Chinese.
 
 Whatever the model family, cl100k is only an approximation of what the provider bills; where
-the provider reported ``prompt_tokens`` for the previous request, :func:`estimate_prompt` uses
-that ground truth and only estimates the messages appended since.
+the provider reported ``prompt_tokens`` for the previous request, the prompt-size estimate
+(:func:`hippobot.context.budget.usage_estimate`, used by
+:meth:`hippobot.context.assembler.PromptAssembler.estimate`) uses that ground truth and only
+counts the messages appended since.
 
 Invariants:
 
@@ -41,7 +43,6 @@ __all__ = [
     "current_mode",
     "estimate_message",
     "estimate_messages",
-    "estimate_prompt",
     "estimate_text",
     "set_mode",
 ]
@@ -322,26 +323,3 @@ class PromptEstimate:
             and self.usage_messages_at is not None
             and 0 <= self.usage_messages_at <= history_len
         )
-
-    def estimate(
-        self,
-        system: str,
-        history: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-    ) -> int:
-        if self.usage_prompt_tokens and self.usable(len(history)):
-            return self.usage_prompt_tokens + count_messages(history[self.usage_messages_at :])
-        system_msg = {"role": "system", "content": system}
-        return count_message(system_msg) + count_messages(history) + count_tools(tools)
-
-
-def estimate_prompt(
-    system: str,
-    history: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]],
-    *,
-    usage_prompt_tokens: int | None = None,
-    usage_messages_at: int | None = None,
-) -> int:
-    """Tokens the next request will carry: provider usage + delta when known, else a count."""
-    return PromptEstimate(usage_prompt_tokens, usage_messages_at).estimate(system, history, tools)

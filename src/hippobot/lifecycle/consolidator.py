@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-import filelock
-
-from hippobot.agent.budget import usage_estimate
 from hippobot.context import tokens
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.summaries import (
@@ -40,14 +39,21 @@ from hippobot.lifecycle.summaries import (
     raw_entry,
     summary_from_tool_call,
 )
+from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.memory.history import HistoryEntry, HistorySource
 from hippobot.messages import Message, public_text
 from hippobot.prompts import render
 from hippobot.providers.base import ChatRequest, collect
 from hippobot.session.model import ArchivedSummary, Session
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.context.assembler import PromptAssembler
+    from hippobot.context.budget import Budget
+    from hippobot.lifecycle.background import BackgroundJobs
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
+    from hippobot.session.manager import SessionManager
 
 __all__ = ["Consolidator", "SliceOutcome", "legal_boundaries"]
 
@@ -82,35 +88,51 @@ def legal_boundaries(messages: list[Message], start: int) -> list[tuple[int, boo
 
 
 class Consolidator:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self._locks: dict[str, asyncio.Lock] = {}
+    """Archives sessions of one workspace. Collaborators: the sessions, the memory store,
+    the prompt assembler (the same request a turn sends), the model, the budget, the
+    background jobs, the workspace's lock names and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        sessions: SessionManager,
+        memory: MemoryStore,
+        prompts: PromptAssembler,
+        model: ModelClient,
+        budget: Budget,
+        jobs: BackgroundJobs,
+        workspace: Workspace,
+        idle_minutes: int = 0,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.sessions = sessions
+        self.memory = memory
+        self.prompts = prompts
+        self.model = model
+        self.budget = budget
+        self.jobs = jobs
+        self.workspace = workspace
+        self.idle_minutes = idle_minutes
+        self.redact = redact
+        # idle locks are garbage-collected, so a server seeing many sessions stays small
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._held: dict[str, HeldLock] = {}
 
     # --- sizing ---------------------------------------------------------------------
 
     def estimate(self, session: Session) -> int:
         """Prompt tokens the next request on this session would use (ground truth + delta)."""
-        reported = usage_estimate(session)
-        if reported is not None:
-            return reported
-        start = session.replay_start
-        registry = self.agent.tools_for(session.key)
-        system = self.agent.system_prompt(session, registry.names())
-        return (
-            tokens.count_text(system.text)
-            + tokens.count_tools(registry.schemas())
-            + tokens.count_messages(session.messages[start:])
-        )
+        return self.prompts.estimate(session)
 
     def overhead(self, session: Session) -> int:
         """Tokens of the next request that are not conversation: system prompt + tool schemas."""
-        registry = self.agent.tools_for(session.key)
-        system = self.agent.system_prompt(session, registry.names())
+        registry = self.prompts.tools_for(session.key)
+        system = self.prompts.system_prompt(session, registry.names())
         return tokens.count_text(system.text) + tokens.count_tools(registry.schemas())
 
     def due(self, session: Session) -> bool:
         """Whether the session's prompt has reached the consolidation trigger."""
-        budget = self.agent.budget
+        budget = self.budget
         if not budget.enabled:
             return False
         estimate = self.estimate(session)
@@ -119,7 +141,7 @@ class Consolidator:
         return estimate >= budget.trigger_for(self.overhead(session))
 
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
-        minutes = self.agent.settings.defaults.idle_compact_after_minutes
+        minutes = self.idle_minutes
         if minutes <= 0 or session.replay_start >= len(session.messages):
             return False
         try:
@@ -135,7 +157,7 @@ class Consolidator:
 
     async def consolidate_locked(self, key: str) -> int:
         """Background entry point: consolidate a session by key if it is still over budget."""
-        session = self.agent.sessions.get(key)
+        session = await self.sessions.aget(key)
         return await self.consolidate(session, only_if_due=True)
 
     async def consolidate(self, session: Session, *, only_if_due: bool = False) -> int:
@@ -145,12 +167,12 @@ class Consolidator:
         next consolidation is several turns away even in a 4,096-token window.
         """
         async with self._session_lock(session.key):
-            with self._file_lock(session.key) as locked:
-                if not locked:
-                    return 0  # another process is consolidating this session right now
-                await self.agent.sessions.refresh(session)
-                self.repair(session)
-                budget = self.agent.budget
+            if not await self._file_lock(session.key, timeout=0):
+                return 0  # another process is consolidating this session right now
+            try:
+                await self.sessions.refresh(session)
+                await asyncio.to_thread(self.repair, session)
+                budget = self.budget
                 estimate = self.estimate(session)
                 if only_if_due and not self.due(session):
                     return 0
@@ -175,18 +197,22 @@ class Consolidator:
                         break
                     estimate = new_estimate
                 return written
+            finally:
+                self._release_file_lock(session.key)
 
     async def archive_until(self, session: Session, end: int) -> SliceOutcome | None:
         """Archive everything before ``end`` (used by ``/new`` and idle compaction)."""
         async with self._session_lock(session.key):
-            with self._file_lock(session.key, timeout=30) as locked:
-                if not locked:
-                    return None
-                await self.agent.sessions.refresh(session)
-                self.repair(session)
+            if not await self._file_lock(session.key, timeout=30):
+                return None
+            try:
+                await self.sessions.refresh(session)
+                await asyncio.to_thread(self.repair, session)
                 if session.last_consolidated >= end:
                     return None
                 return await self._archive(session, session.last_consolidated, end)
+            finally:
+                self._release_file_lock(session.key)
 
     async def compact_idle(self, session: Session) -> None:
         """Archive an idle session's whole unconsolidated part and keep it as its summary.
@@ -198,19 +224,17 @@ class Consolidator:
         outcome = await self.archive_until(session, len(session.messages))
         if outcome and outcome.entry is not None and not outcome.raw:
             session.summary = ArchivedSummary(text=outcome.entry.content, last_active=last_active)
-            await self.agent.sessions.save_meta(session)
+            await self.sessions.save_meta(session)
 
     async def resume_pending(self) -> int:
         """Finish ``/new`` archives a previous process did not complete; returns how many."""
         resumed = 0
-        for info in self.agent.sessions.list():
-            session = self.agent.sessions.get(info.key)
-            fresh = int(session.metadata.get("fresh_start", 0) or 0)
-            self.repair(session)
+        for info in await asyncio.to_thread(self.sessions.list):
+            session = await self.sessions.aget(info.key)
+            fresh = session.fresh_start
+            await asyncio.to_thread(self.repair, session)
             if session.last_consolidated < fresh:
-                self.agent.jobs.schedule(
-                    f"archive:{session.key}", lambda s=session, f=fresh: self.archive_until(s, f)
-                )
+                self.jobs.schedule(f"archive:{session.key}", partial(self.archive_until, session, fresh))
                 resumed += 1
         return resumed
 
@@ -218,7 +242,7 @@ class Consolidator:
 
     def repair(self, session: Session) -> None:
         """Fast-forward the pointer past a slice already archived by an interrupted run."""
-        entries = self.agent.memory.read_history(session_key=session.key)
+        entries = self.memory.read_history(session_key=session.key)
         for entry in reversed(entries):
             src = entry.source
             if src is not None and src.session == session.key:
@@ -268,9 +292,9 @@ class Consolidator:
             failure = None if parsed.ok else "the model's answer followed no known format"
         except ProviderError as exc:
             # an endpoint may echo the key it rejected; the reason goes into the archive
-            parsed, failure = ParsedSummary(()), self.agent.redact(str(exc))
+            parsed, failure = ParsedSummary(()), self.redact(str(exc))
         source = HistorySource(session=key, start=start, end=end)
-        memory = self.agent.memory
+        memory = self.memory
         if failure is not None:
             log.warning("session %s: summary of messages %d-%d failed (%s); archiving them raw",
                         key, start, end - 1, failure)
@@ -293,7 +317,7 @@ class Consolidator:
     async def _advance(self, session: Session, end: int) -> None:
         if end > session.last_consolidated:
             session.last_consolidated = end
-            await self.agent.sessions.save_meta(session)
+            await self.sessions.save_meta(session)
 
     async def _summarise(self, session: Session, start: int, end: int) -> ParsedSummary:
         prefix = self._prefix_request(session, start, end)
@@ -301,9 +325,12 @@ class Consolidator:
             return await self._ask(prefix[0], prefix[1], tool_mode=False)
         return await self._summarise_transcript(session, start, end)
 
-    def _prefix_request(self, session: Session, start: int, end: int):
+    def _prefix_request(
+        self, session: Session, start: int, end: int
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         """The previous request + an instruction, when the slice is its oldest replayed part."""
-        messages, registry = self.agent.build_request_messages(session)
+        prepared = self.prompts.prepare(session)
+        messages, schemas = prepared.messages, prepared.schemas
         history = session.get_history(max_messages=0)  # identity of replayed stored messages
         replayed_ids = {id(m) for m in history}
         slice_msgs = [m for m in session.messages[start:end] if not m.get("_command")]
@@ -318,15 +345,15 @@ class Consolidator:
         instruction = render("consolidate.md", count=count, last_excerpt=last[:60])
         request = [*messages, {"role": "user", "content": instruction}]
         # The request must fit the window with its own reply (at most _SUMMARY_REPLY_TOKENS).
-        budget = self.agent.budget
-        reply = min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens)
+        budget = self.budget
+        reply = min(_SUMMARY_REPLY_TOKENS, self.model.max_tokens)
         limit = budget.input + max(0, budget.reply_reserve - reply)
-        if budget.enabled and tokens.count_messages(request) + tokens.count_tools(registry.schemas()) > limit:
+        if budget.enabled and tokens.count_messages(request) + tokens.count_tools(schemas) > limit:
             return None
-        return request, registry.schemas()
+        return request, schemas
 
     async def _summarise_transcript(self, session: Session, start: int, end: int) -> ParsedSummary:
-        budget = max(1000, self.agent.budget.input // 2) if self.agent.budget.enabled else 50_000
+        budget = max(1000, self.budget.input // 2) if self.budget.enabled else 50_000
         parts: list[tuple[int, int]] = []
         part_start, used = start, 0
         for i in range(start, end):
@@ -352,16 +379,18 @@ class Consolidator:
             lines.extend(line for line in parsed.lines if line not in lines)
         return ParsedSummary(tuple(lines), nothing=nothing and not lines)
 
-    async def _ask(self, messages: list[dict], tools: list[dict], *, tool_mode: bool) -> ParsedSummary:
+    async def _ask(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, tool_mode: bool
+    ) -> ParsedSummary:
         request = ChatRequest(
-            model=self.agent.model,
+            model=self.model.name,
             messages=messages,
             tools=tools,
             tool_choice="auto" if tool_mode else "none",
-            max_tokens=min(_SUMMARY_REPLY_TOKENS, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(_SUMMARY_REPLY_TOKENS, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
-        response = await collect(self.agent.provider.stream(request))
+        response = await collect(self.model.provider.stream(request))
         for call in response.tool_calls:
             if call["function"]["name"] == "save_summary":
                 parsed = summary_from_tool_call(call["function"]["arguments"])
@@ -379,37 +408,23 @@ class Consolidator:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _file_lock(self, key: str, timeout: float = 0) -> _TryLock:
-        from hashlib import sha1
-
-        locks = Path(self.agent.workspace) / ".hippobot" / "locks"
-        name = "consolidate-" + sha1(key.encode("utf-8")).hexdigest()[:16] + ".lock"
-        return _TryLock(locks / name, timeout)
-
-
-class _TryLock:
-    """``with`` a file lock that yields whether it was acquired instead of raising.
-
-    A lock file that cannot be created (full or read-only disk) is a StorageError.
-    """
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path, self.timeout, self.held = path, timeout, False
-        self.lock = filelock.FileLock(str(path))
-
-    def __enter__(self) -> bool:
+    async def _file_lock(self, key: str, timeout: float) -> bool:
+        """Take the session's cross-process consolidation lock without blocking the event
+        loop; False when another process kept it for ``timeout`` seconds. A lock file that
+        cannot be created (full or read-only disk) is a StorageError."""
+        path = self.workspace.consolidate_lock(key)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.lock.acquire(timeout=self.timeout)
-            self.held = True
-        except filelock.Timeout:
-            self.held = False
+            held = await acquire_async(path, timeout=timeout)
+        except LockTimeout:
+            return False
         except OSError as exc:
             raise StorageError(
-                f"cannot lock {self.path}: {exc.strerror or exc}; nothing was archived"
+                f"cannot lock {path}: {exc.strerror or exc}; nothing was archived"
             ) from exc
-        return self.held
+        self._held[key] = held
+        return True
 
-    def __exit__(self, *exc: object) -> None:
-        if self.held:
-            self.lock.release()
+    def _release_file_lock(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.release()

@@ -18,20 +18,18 @@ budget stop a looping model with a clear log line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import filelock
-
-from hippobot.agent.runner import Runner
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.accounting import (
     Fact,
@@ -42,15 +40,22 @@ from hippobot.lifecycle.accounting import (
     unaccounted,
 )
 from hippobot.lifecycle.versions import CHAT_HINTS, Hints
+from hippobot.locks import LockTimeout, acquire_async
+from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
-from hippobot.memory.ledger import RevertedLine, RevertLedger, content_lines, restates
+from hippobot.memory.ledger import RevertLedger, content_lines, restates
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
+from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config.schema import DreamConfig
+    from hippobot.context.budget import Budget
+    from hippobot.memory.gitstore import GitStore
+    from hippobot.memory.store import MemoryStore
+    from hippobot.providers.model import ModelClient
 
 __all__ = [
     "MEMORY_FILES",
@@ -66,8 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
 _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
@@ -215,21 +218,40 @@ class _OverBudget(Exception):
 
 
 class Dream:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.workspace = agent.workspace
-        self.state = self.workspace / ".hippobot" / "dream"
+    """Dream runs of one workspace. Collaborators: the workspace's paths and locks, the
+    memory store, the memory repository (``git``, opened on first use), the model, the
+    ``dream`` settings and the redaction of error texts."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        memory: MemoryStore,
+        git: Callable[[], GitStore],
+        model: ModelClient,
+        config: DreamConfig,
+        budget: Budget,
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.paths = workspace
+        self.workspace = workspace.root
+        self.memory = memory
+        self._git = git
+        self.model = model
+        self.config = config
+        self.budget = budget
+        self.redact = redact
+        self.state = self.paths.dream_state
         self.staged = self.state / "staged"
         self.manifest = self.state / "manifest.json"
-        self._lock = filelock.FileLock(str(self.workspace / ".hippobot" / "locks" / "dream.lock"))
 
     @property
-    def config(self):
-        return self.agent.settings.defaults.dream
+    def git(self) -> GitStore:
+        return self._git()
 
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
-        custom = self.workspace / "prompts" / "dream.md"
+        custom = self.paths.dream_guide
         try:
             text = custom.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -242,44 +264,47 @@ class Dream:
 
     async def run(self, *, dry_run: bool = False) -> DreamResult:
         started = time.monotonic()
+        lock_path = self.paths.dream_lock
         try:
-            (self.workspace / ".hippobot" / "locks").mkdir(parents=True, exist_ok=True)
-            self._lock.acquire(timeout=0)
-        except filelock.Timeout:
+            held = await acquire_async(lock_path, timeout=0)
+        except LockTimeout:
             return DreamResult("busy")
         except OSError as exc:  # a full or read-only disk: say so in one line
             raise StorageError(
-                f"Dream cannot take its lock {self._lock.lock_file}: {exc.strerror or exc}; "
+                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; "
                 "nothing was changed"
             ) from exc
         try:
             result = await self._run(dry_run)
         finally:
-            self._lock.release()
+            held.release()
         result.seconds = time.monotonic() - started
         return result
 
     async def _run(self, dry_run: bool) -> DreamResult:
-        memory = self.agent.memory
+        memory = self.memory
         if not dry_run:
-            self.recover()
-        pending = memory.read_history(after=memory.dream_cursor())
+            await asyncio.to_thread(self.recover)
+        pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
         if not pending:
             return DreamResult("nothing")
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
+        reverted = await asyncio.to_thread(self.do_not_readd, pending)
         if not dry_run:
-            self._stage_or_fail()
+            await asyncio.to_thread(self._stage_or_fail)
         last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
         batch: Sequence[HistoryEntry] = ()
         snapshot: dict[str, str] = {}
         try:
             for batch in self._batches(pending):
                 if dry_run:
-                    result.findings += (await self._analyse(provider, batch, staged=False))[0]
+                    result.findings += (
+                        await self._analyse(provider, batch, staged=False, reverted=reverted)
+                    )[0]
                 else:
                     snapshot = self._files(self.staged)
-                    held = await self._batch(provider, batch, result)
+                    held = await self._batch(provider, batch, result, reverted)
                     if held is not None:
                         self._restore(snapshot)  # nothing of an unaccounted batch is kept
                         result.held.append(held)
@@ -292,8 +317,8 @@ class Dream:
             log.info("Dream stopped: %s; the rest stays pending", exc)  # the caller reports it
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
-            reason = self.agent.redact(str(exc))  # an endpoint may echo the key it rejected
-            log.info("Dream failed: %s; the entries stay pending", reason)
+            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
+            log.info("Dream failed: %s; the entries stay pending", reason)  # the caller reports it
             result.status, result.error = "failed", reason
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
@@ -307,10 +332,14 @@ class Dream:
         self._write_pending_reasons(result.held)
         cursor = last_done if last_done is not None else memory.dream_cursor()
         if cursor > memory.dream_cursor() or self._staged_changed():
-            result.withheld = self._honour_reverts([e for e in pending if e.cursor <= cursor])
-            result.files, result.commit = self._apply(cursor, result.accounting())
+            result.withheld = await asyncio.to_thread(
+                self._honour_reverts, [e for e in pending if e.cursor <= cursor]
+            )
+            result.files, result.commit = await asyncio.to_thread(
+                self._apply, cursor, result.accounting()
+            )
         else:
-            shutil.rmtree(self.staged, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self.staged, ignore_errors=True)
         return result
 
     def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
@@ -318,7 +347,7 @@ class Dream:
         the input budget of entry text, so Dream's requests fit a small window too."""
         from hippobot.context.tokens import count_text
 
-        budget = self.agent.budget
+        budget = self.budget
         cap = max(300, budget.input // 3) if budget.enabled else None
         out: list[Sequence[HistoryEntry]] = []
         current: list[HistoryEntry] = []
@@ -336,18 +365,25 @@ class Dream:
         return out
 
     async def _batch(
-        self, provider: Provider, batch: Sequence[HistoryEntry], result: DreamResult
+        self,
+        provider: Provider,
+        batch: Sequence[HistoryEntry],
+        result: DreamResult,
+        reverted: Sequence[str] = (),
     ) -> HeldBatch | None:
-        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay pending."""
+        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay
+        pending. ``reverted``: :meth:`do_not_readd` for this run."""
         facts = batch_facts(batch)
         before = self._files(self.staged)
-        findings, valid, text = await self._analyse(provider, batch, staged=True)
+        findings, valid, text = await self._analyse(provider, batch, staged=True, reverted=reverted)
         if not valid:
             log.warning(
                 "Dream analysis of entries #%d-#%d was empty or followed no known format; "
                 "asking once more", batch[0].cursor, batch[-1].cursor,
             )
-            findings, valid, text = await self._analyse(provider, batch, staged=True)
+            findings, valid, text = await self._analyse(
+                provider, batch, staged=True, reverted=reverted
+            )
         if not valid:
             if not facts:
                 log.warning(
@@ -363,16 +399,16 @@ class Dream:
         result.findings += findings
         rejections = parse_rejections(text)
         for chunk in self._chunks(findings):
-            rejections += parse_rejections(await self._edit(provider, chunk))
-        outcomes = self._account(facts, before, rejections)
+            rejections += parse_rejections(await self._edit(provider, chunk, reverted=reverted))
+        outcomes = self._account(facts, before, rejections, reverted)
         missing = unaccounted(outcomes)
         if missing:
             log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
                      len(missing), batch[0].cursor, batch[-1].cursor)
             for part in self._chunks(missing):
-                reply = await self._edit(provider, [], missing=part)
+                reply = await self._edit(provider, [], missing=part, reverted=reverted)
                 rejections += parse_rejections(reply)
-            outcomes = self._account(facts, before, rejections)
+            outcomes = self._account(facts, before, rejections, reverted)
             missing = unaccounted(outcomes)
         result.outcomes += outcomes
         if missing:
@@ -391,7 +427,7 @@ class Dream:
             return []
         from hippobot.context.tokens import count_text
 
-        budget = self.agent.budget
+        budget = self.budget
         if not budget.enabled:
             return [items]
         cap = max(200, budget.input // 8)
@@ -410,25 +446,38 @@ class Dream:
         return out
 
     def _account(
-        self, facts: Sequence[Fact], before: dict[str, str], rejections: list[tuple[str, str]]
+        self,
+        facts: Sequence[Fact],
+        before: dict[str, str],
+        rejections: list[tuple[str, str]],
+        reverted: Sequence[str] = (),
     ) -> list[Outcome]:
         return account(
-            facts, before, self._files(self.staged), rejections=rejections,
-            do_not_readd=self.do_not_readd(),
+            facts, before, self._files(self.staged), rejections=rejections, do_not_readd=reverted
         )
 
-    def do_not_readd(self) -> list[str]:
-        """Lines the user reverted, which Dream must neither write nor require (a hook for a
-        ledger of reverted lines; none is kept yet). They are shown to the model as "do not
-        add back", and a fact matching one is accounted as rejected."""
-        return []
+    def do_not_readd(self, pending: Sequence[HistoryEntry] = ()) -> list[str]:
+        """Lines the user reverted (the ledger, ``memory/reverted.jsonl``) that Dream must
+        neither write nor require: each one no entry of ``pending`` newer than its undo
+        restates. They are shown to the model as "do not add them back", and a fact matching
+        one is accounted as rejected ("the user reverted it"). Reads a file: call it off the
+        event loop."""
+        out: dict[str, None] = {}
+        for line in RevertLedger(self.workspace).read():
+            if not any(e.cursor > line.after_cursor and restates(e.content, line.text) for e in pending):
+                out[line.text] = None
+        return list(out)
 
-    def _guide(self) -> str:
+    def _guide(self, reverted: Sequence[str] = ()) -> str:
         guide = self.guide()[0]
-        reverted = self.do_not_readd()
         if reverted:
-            guide += "\n\nThe user removed these lines from the memory files; do not add them back:\n"
-            guide += "\n".join(f"- {line}" for line in reverted)
+            shown = list(reverted)[-_LEDGER_SHOWN:]
+            guide += (
+                "\n\n## Lines the user undid\n"
+                "The user reverted these lines from the memory files and no newer conversation "
+                "states them again; do not add them back, nor a rewording of them:\n"
+            )
+            guide += "\n".join(f"- {line.lstrip('-*+ ').strip()}" for line in shown)
         return guide
 
     def _restore(self, files: dict[str, str]) -> None:
@@ -455,10 +504,10 @@ class Dream:
             log.debug("could not record why entries stay pending: %s", exc)
 
     def _provider(self) -> Provider:
-        return self.agent.provider
+        return self.model.provider
 
     def _model(self) -> str:
-        return self.config.model_override or self.agent.model
+        return self.config.model_override or self.model.name
 
     def _files(self, root: Path) -> dict[str, str]:
         out = {}
@@ -477,7 +526,12 @@ class Dream:
         return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
 
     async def _analyse(
-        self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool
+        self,
+        provider: Provider,
+        batch: Sequence[HistoryEntry],
+        *,
+        staged: bool,
+        reverted: Sequence[str] = (),
     ) -> tuple[list[str], bool, str]:
         """Phase 1: (findings, whether the answer followed the format, the answer)."""
         files = self._files(self.staged if staged else self.workspace)
@@ -485,28 +539,18 @@ class Dream:
             f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
         )
         prompt = render(
-            "dream_phase1.md", guide=self._guide(), soul=self._show(files["SOUL.md"]),
+            "dream_phase1.md", guide=self._guide(reverted), soul=self._show(files["SOUL.md"]),
             user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
             first=batch[0].cursor, last=batch[-1].cursor, history=history,
-            reverted=self._reverted_text(RevertLedger(self.workspace).read()),
         )
         request = ChatRequest(
             model=self._model(), messages=[{"role": "user", "content": prompt}],
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
         response = await collect(provider.stream(request))
         findings, valid = parse_findings(response.text)
         return findings, valid, response.text
-
-    @staticmethod
-    def _reverted_text(ledger: Sequence[RevertedLine]) -> str:
-        if not ledger:
-            return "(none)"
-        return "\n".join(
-            f"- {e.file}, undone {e.reverted_at} (after entry #{e.after_cursor}): {e.text}"
-            for e in ledger[-_LEDGER_SHOWN:]
-        )
 
     def _honour_reverts(self, entries: Sequence[HistoryEntry]) -> list[str]:
         """Take back out of the staged files each line the user reverted that this run added
@@ -540,7 +584,12 @@ class Dream:
         return withheld
 
     async def _edit(
-        self, provider: Provider, findings: Sequence[str], *, missing: Sequence[Outcome] = ()
+        self,
+        provider: Provider,
+        findings: Sequence[str],
+        *,
+        missing: Sequence[Outcome] = (),
+        reverted: Sequence[str] = (),
     ) -> str:
         """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
 
@@ -568,15 +617,15 @@ class Dream:
                 )
             )
         prompt = render(
-            "dream_phase2.md", guide=self._guide(), findings=listed,
+            "dream_phase2.md", guide=self._guide(reverted), findings=listed,
             soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
             memory=self._show(files["memory/MEMORY.md"]),
         )
         runner = Runner(
             provider=provider, model=self._model(), tools=registry,
             max_iterations=self.config.max_iterations,
-            max_tokens=min(4096, self.agent.settings.defaults.max_tokens),
-            temperature=self.agent.settings.defaults.temperature,
+            max_tokens=min(4096, self.model.max_tokens),
+            temperature=self.model.temperature,
         )
 
         async def keep(msg: Message) -> Message:
@@ -627,7 +676,19 @@ class Dream:
         return self.recover()
 
     def recover(self) -> tuple[tuple[str, ...], str | None]:
-        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha."""
+        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha.
+
+        Blocking (file and git work): call it from a worker thread. It holds the memory
+        files' locks throughout, so an ``edit_file`` in a chat or a restore never lands
+        between reading a live file and replacing it with the merge.
+        """
+        if not self.manifest.exists():
+            shutil.rmtree(self.staged, ignore_errors=True)
+            return (), None
+        with self.paths.memory_files_lock():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> tuple[tuple[str, ...], str | None]:
         try:
             manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -635,7 +696,7 @@ class Dream:
             return (), None
         from hippobot.memory.gitstore import merge3
 
-        git = self.agent.git
+        git = self.git
         if not git.initialized:
             git.init()  # versions are always on: the first Dream starts the history
         if git.available and git.initialized:
@@ -659,7 +720,7 @@ class Dream:
             if merged != live:
                 atomic_write_text(live_path, merged)
                 changed.append(name)
-        self.agent.memory.set_dream_cursor(int(manifest["cursor"]))
+        self.memory.set_dream_cursor(int(manifest["cursor"]))
         sha = None
         if git.available and git.initialized:
             from hippobot.memory.gitstore import dream_message
@@ -676,16 +737,15 @@ class Dream:
         shutil.rmtree(self.staged, ignore_errors=True)
         shutil.rmtree(self.state / "base", ignore_errors=True)
         try:
-            self.agent.memory.archive_processed()
+            self.memory.archive_processed()
         except StorageError as exc:  # the archive stays as it is; the next run tries again
             log.warning("could not move processed history entries to the archive: %s", exc)
         return tuple(changed), sha
 
 
-def dream_prompt_command(agent: Agent, arg: str) -> str:
+def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
-    dream = agent.dream
-    path = agent.workspace / "prompts" / "dream.md"
+    path = dream.paths.dream_guide
     if arg == "init":
         if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
             return f"{path} already has your guide; edit it directly."
@@ -697,4 +757,3 @@ def dream_prompt_command(agent: Agent, arg: str) -> str:
     text, custom = dream.guide()
     origin = f"custom guide from {path}" if custom else "built-in guide (run /dream-prompt init to customise)"
     return f"Dream guide in effect: {origin}\n\n{text}"
-

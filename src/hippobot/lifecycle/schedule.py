@@ -12,13 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.config.schema import DreamConfig
+    from hippobot.lifecycle.background import BackgroundJobs
+    from hippobot.lifecycle.consolidator import Consolidator
+    from hippobot.lifecycle.dream import Dream
+    from hippobot.memory.store import MemoryStore
+    from hippobot.session.manager import SessionManager
 
-__all__ = ["next_dream_delay", "start_schedulers"]
+__all__ = ["Schedules", "next_dream_delay", "start_schedulers"]
 
 log = logging.getLogger(__name__)
 
@@ -35,27 +42,40 @@ def next_dream_delay(interval_h: float, cron: str | None, now: datetime) -> floa
     return max(60.0, interval_h * 3600.0)
 
 
-async def _dream_loop(agent: Agent) -> None:
-    config = agent.settings.defaults.dream
+@dataclass(frozen=True, slots=True)
+class Schedules:
+    """What the loops work with (built by the composition root)."""
+
+    dream: Dream
+    consolidator: Consolidator
+    sessions: SessionManager
+    memory: MemoryStore
+    jobs: BackgroundJobs
+    config: DreamConfig
+    idle_minutes: int
+    history_tokens: int  # the Recent History share of the budget (auto-Dream's trigger)
+
+
+async def _dream_loop(s: Schedules, cron: str | None) -> None:
     while True:
-        delay = next_dream_delay(config.interval_h, config.cron, datetime.now().astimezone())
+        delay = next_dream_delay(s.config.interval_h, cron, datetime.now().astimezone())
         await asyncio.sleep(delay)
-        if agent.memory.pending_count() == 0:
+        if await asyncio.to_thread(s.memory.pending_count) == 0:
             continue
         try:
-            result = await agent.dream.run()
+            result = await s.dream.run()
             (log.info if result.ok else log.warning)("scheduled Dream: %s", result.describe())
         except Exception:
             log.exception("scheduled Dream failed; the entries stay pending")
 
 
-async def _auto_dream_loop(agent: Agent) -> None:
+async def _auto_dream_loop(s: Schedules) -> None:
     """Dream as soon as pending facts would outgrow Recent History (lifecycle.autodream)."""
     from hippobot.lifecycle.autodream import SCAN_SECONDS, dream_if_due
 
     while True:
         try:
-            result = await dream_if_due(agent.memory, agent.budget.history_tokens, agent.dream.run)
+            result = await dream_if_due(s.memory, s.history_tokens, s.dream.run)
             if result is not None:
                 log.info("Dream: %s", result.describe())
         except Exception:
@@ -63,40 +83,41 @@ async def _auto_dream_loop(agent: Agent) -> None:
         await asyncio.sleep(SCAN_SECONDS)
 
 
-async def _idle_loop(agent: Agent) -> None:
+async def _idle_loop(s: Schedules) -> None:
     while True:
         await asyncio.sleep(IDLE_SCAN_SECONDS)
-        for info in agent.sessions.list():
-            session = agent.sessions.get(info.key)
-            if agent.consolidator.idle_due(session) and not agent.jobs.running(f"idle:{info.key}"):
-                agent.jobs.schedule(f"idle:{info.key}", lambda s=session: agent.consolidator.compact_idle(s))
+        for info in await asyncio.to_thread(s.sessions.list):
+            session = await s.sessions.aget(info.key)
+            key = f"idle:{info.key}"
+            if s.consolidator.idle_due(session) and not s.jobs.running(key):
+                s.jobs.schedule(key, partial(s.consolidator.compact_idle, session))
 
 
-async def _resume(agent: Agent) -> None:
+async def _resume(s: Schedules) -> None:
+    with contextlib.suppress(Exception):  # a Dream run killed after its commit point
+        await asyncio.to_thread(s.dream.recover)
     try:
-        await agent.consolidator.resume_pending()
+        await s.consolidator.resume_pending()
     except Exception:
         log.exception("could not resume unfinished /new archives; the next turn retries")
 
 
-def start_schedulers(agent: Agent) -> list[asyncio.Task[None]]:
-    tasks: list[asyncio.Task[None]] = []
-    if not agent.settings.model_configured():
-        return tasks
-    with contextlib.suppress(Exception):
-        agent.dream.recover()
-    tasks.append(asyncio.get_running_loop().create_task(_resume(agent), name="resume-archives"))
-    if agent.settings.defaults.dream.enabled:
-        if agent.settings.defaults.dream.cron:
+def start_schedulers(s: Schedules) -> list[asyncio.Task[None]]:
+    """Start the loops on the running event loop (the caller checks a model is configured)."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_resume(s), name="resume-archives")]
+    if s.config.enabled:
+        cron = s.config.cron
+        if cron:
             try:
-                next_dream_delay(0, agent.settings.defaults.dream.cron, datetime.now().astimezone())
+                next_dream_delay(0, cron, datetime.now().astimezone())
             except Exception as exc:
                 log.warning("dream.cron %r is not a valid cron expression (%s); using intervalH",
-                            agent.settings.defaults.dream.cron, exc)
-                agent.settings.defaults.dream.cron = None
-        tasks.append(asyncio.get_running_loop().create_task(_dream_loop(agent), name="dream-schedule"))
-        if agent.settings.defaults.dream.auto:
-            tasks.append(asyncio.get_running_loop().create_task(_auto_dream_loop(agent), name="dream-auto"))
-    if agent.settings.defaults.idle_compact_after_minutes > 0:
-        tasks.append(asyncio.get_running_loop().create_task(_idle_loop(agent), name="idle-compaction"))
+                            cron, exc)
+                cron = None
+        tasks.append(loop.create_task(_dream_loop(s, cron), name="dream-schedule"))
+        if s.config.auto:
+            tasks.append(loop.create_task(_auto_dream_loop(s), name="dream-auto"))
+    if s.idle_minutes > 0:
+        tasks.append(loop.create_task(_idle_loop(s), name="idle-compaction"))
     return tasks

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from hippobot.errors import HippobotError, UserError
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
     from hippobot.memory.gitstore import CommitDiff, CommitInfo, GitStore, RevertResult
 
 __all__ = [
@@ -59,18 +58,17 @@ def ensure_history(git: GitStore) -> None:
         git.init()
 
 
-def _ready(agent: Agent) -> bool:
+def _ready(git: GitStore) -> bool:
     """False when there is no history yet; raises when it exists but cannot be read."""
     from hippobot.memory.gitstore import VersioningUnavailable
 
-    git = agent.git
     if not git.initialized:
         return False
     reason = git.broken_reason
     if reason:
         raise VersioningUnavailable(
             f"memory versioning is off: {reason}. Chat still works; fix or move "
-            f"{agent.workspace / '.git'} aside"
+            f"{git.workspace / '.git'} aside"
         )
     return True
 
@@ -78,16 +76,15 @@ def _ready(agent: Agent) -> bool:
 # --- values (raise on failure) -------------------------------------------------------
 
 
-def log_data(agent: Agent, sha: str | None) -> CommitDiff | None:
+def log_data(git: GitStore, sha: str | None) -> CommitDiff | None:
     """One version with its diff: ``sha``, else the latest Dream change (else the latest).
     ``None`` when there is no history yet and no ``sha`` was asked for."""
     from hippobot.memory.gitstore import UnknownCommit
 
-    if not _ready(agent):
+    if not _ready(git):
         if sha is None:
             return None
         raise UnknownCommit(f"{sha!r} matches no memory version (there is no history yet)")
-    git = agent.git
     if sha is None:
         latest = git.log(limit=1, prefix="dream:") or git.log(limit=1)
         if not latest:
@@ -96,17 +93,18 @@ def log_data(agent: Agent, sha: str | None) -> CommitDiff | None:
     return git.show(sha)
 
 
-def versions_data(agent: Agent, limit: int = 15) -> list[CommitInfo]:
-    return agent.git.log(limit=limit) if _ready(agent) else []
+def versions_data(git: GitStore, limit: int = 15) -> list[CommitInfo]:
+    return git.log(limit=limit) if _ready(git) else []
 
 
-def restore_data(agent: Agent, sha: str) -> RevertResult:
-    """Undo one version; the lines it takes out go to the ledger, the Dream cursor stays."""
+def restore_data(git: GitStore, sha: str, *, after_cursor: int = 0) -> RevertResult:
+    """Undo one version; the lines it takes out go to the ledger (``after_cursor`` = the
+    last history cursor now, ``MemoryStore.last_cursor()``), the Dream cursor stays."""
     from hippobot.memory.gitstore import UnknownCommit
 
-    if not _ready(agent):
+    if not _ready(git):
         raise UnknownCommit(f"{sha!r} matches no memory version (there is no history yet)")
-    return agent.git.revert(sha, after_cursor=agent.memory.last_cursor())
+    return git.revert(sha, after_cursor=after_cursor)
 
 
 # --- JSON ----------------------------------------------------------------------------
@@ -177,26 +175,28 @@ def format_restore(result: RevertResult, sha: str) -> str:
 # --- chat (errors become text) -------------------------------------------------------
 
 
-def describe_log(agent: Agent, sha: str | None, hints: Hints = CHAT_HINTS) -> str:
+def describe_log(git: GitStore, sha: str | None, hints: Hints = CHAT_HINTS) -> str:
     try:
-        return format_log(log_data(agent, sha), hints)
+        return format_log(log_data(git, sha), hints)
     except UserError as exc:
         return f"{exc}. See {hints.restore} for the list of versions."
     except HippobotError as exc:
         return str(exc)
 
 
-def list_versions(agent: Agent, limit: int = 15, hints: Hints = CHAT_HINTS) -> str:
+def list_versions(git: GitStore, limit: int = 15, hints: Hints = CHAT_HINTS) -> str:
     try:
-        return format_versions(versions_data(agent, limit), hints)
+        return format_versions(versions_data(git, limit), hints)
     except HippobotError as exc:
         return str(exc)
 
 
-def describe_restore(agent: Agent, sha: str, hints: Hints = CHAT_HINTS) -> str:
+def describe_restore(
+    git: GitStore, sha: str, hints: Hints = CHAT_HINTS, *, after_cursor: int = 0
+) -> str:
     try:
-        return format_restore(restore_data(agent, sha), sha)
+        return format_restore(restore_data(git, sha, after_cursor=after_cursor), sha)
     except UserError as exc:
-        return f"{exc}\n\n{list_versions(agent, hints=hints)}"
+        return f"{exc}\n\n{list_versions(git, hints=hints)}"
     except HippobotError as exc:
         return str(exc)

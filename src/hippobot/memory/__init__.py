@@ -13,13 +13,13 @@ from hippobot.memory.history import (
     parse_line,
     strip_think,
 )
-from hippobot.memory.redact import REDACTED, redact_exact, redact_secrets
 from hippobot.memory.store import (
     HISTORY_ENTRY_HARD_CAP,
     MemoryStore,
     atomic_write_bytes,
     atomic_write_text,
 )
+from hippobot.redact import REDACTED, redact_exact, redact_secrets
 
 __all__ = [
     "HISTORY_ENTRY_HARD_CAP",

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -49,9 +50,9 @@ from dulwich.index import commit_tree
 from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
-from filelock import FileLock, Timeout
 
 from hippobot.errors import HippobotError, StorageError, UserError
+from hippobot.locks import LockTimeout, locked
 from hippobot.memory.gitdiff import (
     DIFF_CAP,
     DiffSummary,
@@ -62,6 +63,7 @@ from hippobot.memory.gitdiff import (
 )
 from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
+from hippobot.workspace import Workspace
 
 __all__ = [
     "AUTHOR",
@@ -297,7 +299,8 @@ class GitStore:
         self.workspace = Path(workspace)
         self.tracked = tuple(self._check_path(p) for p in tracked)
         self.store_paths = (*self.tracked, GITIGNORE)
-        self._lock_path = self.workspace / ".hippobot" / "locks" / "git.lock"
+        self._paths = Workspace(self.workspace)
+        self._lock_path = self._paths.git_lock
         self._lock_timeout = lock_timeout
         self._diff_cap = diff_cap
 
@@ -371,14 +374,18 @@ class GitStore:
                 raise _Corrupt(f"object {_short(sha)} is missing")
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+    def _locked(self, *, files: bool = True) -> Iterator[None]:
+        """Hold the store paths' per-file locks (so no edit lands between reading and
+        writing them), then ``git.lock``. Blocking: call from a worker thread."""
+        paths = [self.workspace / p for p in self.store_paths] if files else []
         try:
-            with FileLock(str(self._lock_path), timeout=self._lock_timeout):
+            with self._paths.files_lock(paths, self._lock_timeout), locked(
+                self._lock_path, timeout=self._lock_timeout
+            ):
                 yield
-        except Timeout as err:
+        except LockTimeout as err:
             raise VersioningUnavailable(
-                f"memory history is busy: {self._lock_path} held for {self._lock_timeout:.0f} s"
+                f"memory history is busy: {err} held for {self._lock_timeout:.0f} s"
             ) from err
 
     # -- writing ------------------------------------------------------------------
@@ -451,7 +458,7 @@ class GitStore:
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
-            _past_stale_locks(lambda b=blob: repo.object_store.add_object(b))
+            _past_stale_locks(partial(repo.object_store.add_object, blob))
             blobs.append((path.encode("utf-8", "surrogateescape"), blob.id, _FILE_MODE))
         tree = _past_stale_locks(lambda: commit_tree(repo.object_store, blobs))
         if head is not None and repo[head].tree == tree:

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "RAW_PREFIX",
@@ -107,7 +107,7 @@ class HistoryEntry:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
 
-def _is_index(value: object) -> bool:
+def _is_index(value: object) -> TypeGuard[int]:
     # bool is an int subclass; ``true`` is never a cursor or an index.
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -126,7 +126,7 @@ def parse_line(line: str) -> HistoryEntry | None:
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None

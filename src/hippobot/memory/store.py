@@ -41,9 +41,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from hippobot.errors import StorageError
+from hippobot.locks import LockTimeout, locked
 from hippobot.memory.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.memory.history import (
     HistoryEntry,
@@ -54,7 +53,8 @@ from hippobot.memory.history import (
     strip_think,
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
-from hippobot.memory.redact import redact_exact, redact_secrets
+from hippobot.redact import redact_exact, redact_secrets
+from hippobot.workspace import Workspace
 
 __all__ = [
     "DEFAULT_KEEP_ENTRIES",
@@ -104,21 +104,21 @@ class MemoryStore:
         migrate: bool = True,
     ) -> None:
         self.workspace = Path(workspace)
-        self.memory_dir = self.workspace / "memory"
-        self.memory_path = self.memory_dir / "MEMORY.md"
-        self.history_path = self.memory_dir / "history.jsonl"
+        paths = Workspace(self.workspace)
+        self.memory_dir = paths.memory_dir
+        self.memory_path = paths.memory_md
+        self.history_path = paths.history
         self.cursor_path = self.memory_dir / ".cursor"
-        self.dream_cursor_path = self.memory_dir / ".dream_cursor"
+        self.dream_cursor_path = paths.dream_cursor
         self.archive_path = self.memory_dir / "history.archive.jsonl"
         self.legacy_history_path = self.memory_dir / "HISTORY.md"
-        self.soul_path = self.workspace / "SOUL.md"
-        self.user_path = self.workspace / "USER.md"
-        self.lock_path = self.workspace / ".hippobot" / "locks" / "history.lock"
+        self.soul_path = paths.soul
+        self.user_path = paths.user
+        self.lock_path = paths.history_lock
         self.stats = StoreStats()
         self._known_secrets = tuple(known_secrets)
         self._clock = clock
         self._mutex = threading.RLock()
-        self._file_lock = FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
         # Caches of history.jsonl (parsed entries, last cursor); used under _mutex.
         self._history = HistoryReader(self.history_path, self.stats)
         self._warned_truncation = False
@@ -153,12 +153,13 @@ class MemoryStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the in-process mutex and the cross-process history lock."""
+        """Hold the in-process mutex and the cross-process history lock (blocking: the
+        async callers reach this through ``asyncio.to_thread``)."""
         with self._mutex:
             try:
-                self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-                self._file_lock.acquire()
-            except Timeout as exc:
+                lock = locked(self.lock_path, timeout=LOCK_TIMEOUT_S)
+                lock.__enter__()
+            except LockTimeout as exc:
                 raise StorageError(
                     f"another process has held {self.lock_path} for over {LOCK_TIMEOUT_S:.0f}s"
                 ) from exc
@@ -167,7 +168,7 @@ class MemoryStore:
             try:
                 yield
             finally:
-                self._file_lock.release()
+                lock.__exit__(None, None, None)
 
     # --- cursors ----------------------------------------------------------------------------
 

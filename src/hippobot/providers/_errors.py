@@ -26,7 +26,7 @@ from hippobot.errors import (
     ServerError,
     StreamInterruptedError,
 )
-from hippobot.memory.redact import redact_secrets
+from hippobot.redact import redact_secrets
 
 __all__ = [
     "Endpoint",

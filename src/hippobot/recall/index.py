@@ -33,9 +33,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .embeddings import Embedder, VectorStore, reciprocal_rank_fusion
 from .query import (
@@ -257,7 +257,7 @@ class RecallIndex:
         # exactly when the counts agree.
         vanished = (
             len(states) > len(present)
-            if scope is _EVERYTHING
+            if isinstance(scope, _Everything)
             else any(rel in states for rel in scope if rel not in present)
         )
         if not todo and not vanished:
@@ -300,11 +300,12 @@ class RecallIndex:
 
     def _discover(
         self, paths: list[Path | str] | None
-    ) -> tuple[list[tuple[SourceFile, os.stat_result]], Container[str]]:
+    ) -> tuple[list[tuple[SourceFile, os.stat_result]], set[str] | _Everything]:
         """Files to check, and the set of ``rel`` names a missing file may be dropped from."""
         if paths is None:
             return self._scanner.scan(), _EVERYTHING
-        found, scope = [], set()
+        found: list[tuple[SourceFile, os.stat_result]] = []
+        scope: set[str] = set()
         for path in paths:
             sf = classify(self.workspace, path)
             if sf is None:
@@ -372,7 +373,7 @@ class RecallIndex:
         found: dict[int, tuple[int, float]] = {}  # id -> (pass, score)
         if not parsed:
             return []
-        passes: list[tuple[str, bool]] = [("all", False)]
+        passes: list[tuple[Literal["all", "any"], bool]] = [("all", False)]
         if len(parsed.terms) > 1:
             passes.append(("any", False))
         passes.append(("all", True))  # last resort: terms as prefixes ("sqlite" → "sqlite3")

@@ -8,8 +8,10 @@ Only the documented formats are relied on (SPEC 3), never the code that writes t
   their 0-based position among message lines) interleaved with ``_type`` records.
 * ``SOUL.md``, ``USER.md`` and ``memory/**/*.md``: paragraphs, cited by line number.
 
-Parsing is forgiving: a line that is not a JSON object of the expected shape is skipped;
-it never stops the rest of the file from being indexed.
+Lines are read with the same codecs the stores use (:func:`hippobot.session.records.decode`
+for session lines, :func:`hippobot.memory.history.parse_line` for history entries), so a
+citation's number is the one the session reader and ``hippobot memory history`` show. A line
+those codecs reject is skipped; it never stops the rest of the file from being indexed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hippobot.memory.history import parse_line
 from hippobot.messages import public_text
+from hippobot.session.records import decode
 
 from .query import Kind
 
@@ -217,35 +221,23 @@ def parse_timestamp(value: Any) -> float | None:
         return None
 
 
-def _json_object(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 def history_docs(lines: Iterable[bytes]) -> Iterator[Doc]:
-    """Entries of ``history.jsonl``; lines without an int cursor and str content are skipped."""
+    """Entries of ``history.jsonl``, read by the history codec the memory store uses
+    (:func:`hippobot.memory.history.parse_line`), so both see the same entries."""
     for line in lines:
-        obj = _json_object(line)
-        if obj is None:
+        if not line.strip():
             continue
-        cursor, content = obj.get("cursor"), obj.get("content")
-        if not isinstance(cursor, int) or isinstance(cursor, bool) or not isinstance(content, str):
+        entry = parse_line(line.decode("utf-8", errors="replace"))
+        if entry is None:
             continue
-        source = obj.get("source") if isinstance(obj.get("source"), dict) else {}
-        key = obj.get("session_key") or source.get("session")
-        origin = None
-        if isinstance(source.get("session"), str):
-            origin = f"{source['session']}#{source.get('from', '?')}-{source.get('to', '?')}"
+        source = entry.source
+        key = entry.session_key or (source.session if source else None)
+        origin = f"{source.session}#{source.start}-{source.end}" if source else None
         yield Doc(
-            num=cursor,
-            text=content[:MAX_DOC_CHARS],
-            ts=parse_timestamp(obj.get("timestamp")),
-            session_key=key if isinstance(key, str) else None,
+            num=entry.cursor,
+            text=entry.content[:MAX_DOC_CHARS],
+            ts=parse_timestamp(entry.timestamp),
+            session_key=key,
             origin=origin,
         )
 
@@ -261,13 +253,14 @@ def message_text(msg: dict[str, Any]) -> str:
     text = public_text(msg)
     if text:
         parts.append(text)
-    for call in msg.get("tool_calls") or ():
+    calls = msg.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict):
             continue
         args = fn.get("arguments")
         if not isinstance(args, str):
-            args = json.dumps(args, ensure_ascii=False)
+            args = json.dumps(args, ensure_ascii=False, default=str)
         if len(args) > _TOOL_ARGS_CHARS:
             args = args[:_TOOL_ARGS_CHARS] + "…"
         parts.append(f"[tool call] {fn.get('name', '?')}({args})")
@@ -277,21 +270,21 @@ def message_text(msg: dict[str, Any]) -> str:
 def session_docs(lines: Iterable[bytes], state: SessionState) -> Iterator[Doc]:
     """Messages of a session file, continuing the numbering kept in ``state``.
 
-    ``_type`` records are skipped; a ``session`` (or legacy ``metadata``) header sets the
-    key. Every message line advances ``state.next_num``, even one with no text, so
-    citations match the session's own message positions.
+    Lines are classified by the session codec the store reads with
+    (:func:`hippobot.session.records.decode`): exactly the lines the store keeps as
+    messages advance ``state.next_num`` (even one with no text), so citations are the
+    session's own message positions. A ``session`` (or legacy ``metadata``) record sets
+    the key.
     """
     for line in lines:
-        obj = _json_object(line)
+        if not line.strip():
+            continue
+        kind, obj = decode(line, first=False)
         if obj is None:
             continue
-        rtype = obj.get("_type")
-        if rtype is not None:
-            if rtype in ("session", "metadata") and isinstance(obj.get("key"), str):
+        if kind != "message":
+            if obj.get("_type") in ("session", "metadata") and isinstance(obj.get("key"), str):
                 state.session_key = obj["key"]
-            continue
-        role = obj.get("role")
-        if not isinstance(role, str):
             continue
         num = state.next_num
         state.next_num += 1
@@ -301,7 +294,8 @@ def session_docs(lines: Iterable[bytes], state: SessionState) -> Iterator[Doc]:
         text = message_text(obj)
         if text:
             yield Doc(
-                num=num, text=text, ts=state.last_ts, session_key=state.session_key, role=role
+                num=num, text=text, ts=state.last_ts, session_key=state.session_key,
+                role=obj["role"],
             )
 
 

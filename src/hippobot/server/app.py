@@ -47,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hippobot.agent.events import ReplyDelta, ToolStarted
+from hippobot.loop.events import ReplyDelta, ToolStarted
 from hippobot.server.dedupe import IdempotencyConflict, TurnLedger
 from hippobot.server.identity import Attempt, RequestId
 from hippobot.server.security import WebGuard, WebPolicy

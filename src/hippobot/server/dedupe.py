@@ -130,7 +130,7 @@ class TurnLedger:
 def _settle(entry: LedgerEntry, done: asyncio.Future[TurnResult]) -> None:
     """Keep only what a replay needs of a finished turn."""
     from hippobot.agent.agent import TurnResult
-    from hippobot.agent.runner import RunResult
+    from hippobot.loop.runner import RunResult
 
     slim: asyncio.Future[TurnResult] = done.get_loop().create_future()
     if done.cancelled():

@@ -25,7 +25,7 @@ __all__ = ["answer_task"]
 async def answer_task(agent: Agent, call: ChatCall) -> TurnResult:
     """One model call on the client's own messages (see the module docstring)."""
     from hippobot.agent.agent import TurnResult
-    from hippobot.agent.runner import RunResult
+    from hippobot.loop.runner import RunResult
 
     defaults = agent.settings.defaults
     messages = [

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from hippobot.agent.events import ReplyDelta, ReplyRestart, ToolStarted
 from hippobot.errors import (
     AuthError,
     HippobotError,
@@ -34,6 +33,7 @@ from hippobot.errors import (
     RateLimitError,
     UserError,
 )
+from hippobot.loop.events import ReplyDelta, ReplyRestart, ToolStarted
 from hippobot.providers.base import Usage
 from hippobot.server import identity
 from hippobot.server.identity import DEFAULT_SESSION

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hippobot.session.model import ArchivedSummary, Session, is_message
+from hippobot.session.model import ArchivedSummary, Session, SessionUsage, is_message
 
 __all__ = [
     "MIGRATED_FROM",
@@ -112,7 +112,9 @@ class LegacyIndex:
         return {key: path for key, (_, path) in found.items()}
 
 
-def _split_metadata(raw: object) -> tuple[dict[str, Any], ArchivedSummary | None, dict | None]:
+def _split_metadata(
+    raw: object,
+) -> tuple[dict[str, Any], ArchivedSummary | None, SessionUsage | None]:
     """nanobot kept the archived summary and usage inside metadata; lift them out."""
     metadata = dict(raw) if isinstance(raw, dict) else {}
     summary = None
@@ -120,13 +122,8 @@ def _split_metadata(raw: object) -> tuple[dict[str, Any], ArchivedSummary | None
     if isinstance(last, dict) and isinstance(last.get("text"), str):
         active = last.get("last_active")
         summary = ArchivedSummary(last["text"], _aware_iso(active) or str(active or ""))
-    usage_raw = metadata.pop("_last_usage", None)
-    usage = None
-    if isinstance(usage_raw, dict):
-        usage = {
-            k: v for k, v in usage_raw.items() if isinstance(v, int) and not isinstance(v, bool)
-        }
-    return metadata, summary, usage or None
+    usage = SessionUsage.from_dict(metadata.pop("_last_usage", None))
+    return metadata, summary, usage
 
 
 def read_legacy(path: Path, key: str) -> Session:

@@ -22,6 +22,7 @@ __all__ = [
     "SYNTHETIC_TURN_START",
     "ArchivedSummary",
     "Session",
+    "SessionUsage",
     "is_message",
     "normalise_offset",
     "now_iso",
@@ -74,13 +75,63 @@ class ArchivedSummary:
     last_active: str
 
 
+def _count(value: object) -> int | None:
+    """A non-negative int, else ``None`` (``true`` is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUsage:
+    """The provider-reported usage of the last request on a session.
+
+    ``messages_at`` is the message count when it was measured and ``replay_start`` where
+    that request's replay began, so a size estimate only has to count what came after
+    (and knows when the report no longer describes the replay). Stored in the meta record
+    as ``"usage": {...}`` with these keys; nanobot's sessions carry only the first three.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    messages_at: int | None = None
+    replay_start: int | None = None
+
+    def to_dict(self) -> dict[str, int]:
+        out = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+        }
+        if self.messages_at is not None:
+            out["messages_at"] = self.messages_at
+        if self.replay_start is not None:
+            out["replay_start"] = self.replay_start
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionUsage | None:
+        """The usage a stored record describes; ``None`` when it is not an object. Fields
+        that are not non-negative ints are dropped (a token count defaults to 0)."""
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            prompt_tokens=_count(data.get("prompt_tokens")) or 0,
+            completion_tokens=_count(data.get("completion_tokens")) or 0,
+            cached_tokens=_count(data.get("cached_tokens")) or 0,
+            messages_at=_count(data.get("messages_at")),
+            replay_start=_count(data.get("replay_start")),
+        )
+
+
 @dataclass(eq=False)
 class Session:
     """One conversation. Identity semantics: one object per key while it is in use.
 
-    ``usage`` is the provider-reported usage of the last request (``prompt_tokens``,
-    ``completion_tokens``, ``cached_tokens``) plus ``messages_at``, the message count at
-    the time it was measured, so a token estimate only has to cover what came after.
+    ``usage`` is the provider-reported usage of the last request (:class:`SessionUsage`).
+    ``metadata`` is free-form and persisted as is; hippobot's own key in it is
+    ``fresh_start`` (read and written through :attr:`fresh_start`).
     """
 
     key: str
@@ -89,7 +140,7 @@ class Session:
     updated_at: str = ""
     last_consolidated: int = 0
     summary: ArchivedSummary | None = None
-    usage: dict[str, int] | None = None
+    usage: SessionUsage | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -110,11 +161,19 @@ class Session:
         return stored
 
     @property
+    def fresh_start(self) -> int:
+        """Where the last ``/new`` started the conversation afresh (0: never); anything
+        stored there that is not a non-negative int counts as 0."""
+        return _count(self.metadata.get("fresh_start", 0)) or 0
+
+    @fresh_start.setter
+    def fresh_start(self, index: int) -> None:
+        self.metadata["fresh_start"] = index
+
+    @property
     def replay_start(self) -> int:
         """First message that may be replayed: past the archived prefix and past ``/new``."""
-        fresh = self.metadata.get("fresh_start", 0)
-        fresh = fresh if isinstance(fresh, int) and not isinstance(fresh, bool) else 0
-        return min(max(self.last_consolidated, fresh), len(self.messages))
+        return min(max(self.last_consolidated, self.fresh_start), len(self.messages))
 
     def unconsolidated(self) -> list[Message]:
         """The messages not yet archived (a new list; the dicts are the stored ones)."""

@@ -24,11 +24,17 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hippobot.errors import UserError
 from hippobot.messages import Message, public_text
-from hippobot.session.model import ArchivedSummary, Session, is_message, normalise_offset
+from hippobot.session.model import (
+    ArchivedSummary,
+    Session,
+    SessionUsage,
+    is_message,
+    normalise_offset,
+)
 
 __all__ = [
     "DEFAULT_META",
@@ -37,6 +43,7 @@ __all__ = [
     "apply_meta",
     "as_datetime",
     "check_format",
+    "decode",
     "encode",
     "later",
     "meta_record",
@@ -71,7 +78,7 @@ def meta_state(session: Session) -> dict[str, Any]:
         {
             "last_consolidated": session.last_consolidated,
             "summary": asdict(session.summary) if session.summary else None,
-            "usage": session.usage,
+            "usage": session.usage.to_dict() if session.usage else None,
             "metadata": session.metadata,
         }
     )
@@ -98,12 +105,7 @@ def apply_meta(session: Session, record: dict[str, Any]) -> None:
     session.summary = None
     if isinstance(summary, dict) and isinstance(summary.get("text"), str):
         session.summary = ArchivedSummary(summary["text"], str(summary.get("last_active") or ""))
-    usage = record.get("usage")
-    session.usage = (
-        {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-        if isinstance(usage, dict)
-        else None
-    )
+    session.usage = SessionUsage.from_dict(record.get("usage"))
     metadata = record.get("metadata")
     session.metadata = metadata if isinstance(metadata, dict) else {}
 
@@ -126,6 +128,33 @@ class Parsed:
     corrupt: list[bytes] = field(default_factory=list)
 
 
+RecordKind = Literal["header", "message", "meta", "other", "corrupt"]
+
+
+def decode(raw: bytes, *, first: bool) -> tuple[RecordKind, dict[str, Any] | None]:
+    """What one non-blank line of a session file is, and its object; never raises.
+
+    This is the one definition of the session line format: the store (:func:`parse`) and
+    the recall index both classify lines with it, so they agree on which lines are
+    messages and therefore on every message's number. ``first``: the file's first
+    non-blank line (only there is a ``session`` record the header). ``other`` is a
+    record of a ``_type`` this version ignores; ``corrupt`` is quarantined by the store.
+    """
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return "corrupt", None
+    if not isinstance(record, dict):
+        return "corrupt", None
+    if "_type" not in record:
+        return ("message", record) if is_message(record) else ("corrupt", None)
+    if record["_type"] == "session" and first:
+        return "header", record
+    if record["_type"] == "meta":
+        return "meta", record
+    return "other", record
+
+
 def parse(data: bytes, *, at_start: bool) -> Parsed:
     """Parse file bytes; never raises. ``at_start``: ``data`` begins at byte 0."""
     out = Parsed()
@@ -134,23 +163,16 @@ def parse(data: bytes, *, at_start: bool) -> Parsed:
         if not raw.strip():
             continue
         is_first, first = first, False
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):
+        kind, record = decode(raw, first=is_first)
+        if kind == "corrupt" or record is None:
             out.corrupt.append(raw)
-            continue
-        if not isinstance(record, dict):
-            out.corrupt.append(raw)
-        elif "_type" not in record:
-            if not is_message(record):
-                out.corrupt.append(raw)
-                continue
+        elif kind == "message":
             out.messages.append(record)  # type: ignore[arg-type]
             if isinstance(record.get("timestamp"), str):
                 out.last_time = record["timestamp"]
-        elif record["_type"] == "session" and is_first:
+        elif kind == "header":
             out.header = record
-        elif record["_type"] == "meta":
+        elif kind == "meta":
             out.meta = record
             if isinstance(record.get("updated_at"), str):
                 out.last_time = record["updated_at"]

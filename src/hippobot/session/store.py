@@ -35,7 +35,7 @@ from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
-from hippobot.session.model import Session, normalise_offset
+from hippobot.session.model import Session, normalise_offset, now_iso
 from hippobot.session.records import (
     DEFAULT_META,
     FORMAT_VERSION,
@@ -50,6 +50,7 @@ from hippobot.session.records import (
     preview,
     snapshot,
 )
+from hippobot.workspace import Workspace
 
 __all__ = [
     "FORMAT_VERSION",
@@ -198,7 +199,7 @@ class JsonlSessionStore:
     def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
         self.workspace = Path(workspace)
         self.root = self.workspace / SESSIONS_DIR
-        self._locks_dir = self.workspace / ".hippobot" / "locks"
+        self._paths = Workspace(self.workspace)
         self._fsync = fsync
         self._legacy = LegacyIndex(self.root)
         self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
@@ -222,8 +223,7 @@ class JsonlSessionStore:
         the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
         so such a read is still consistent.
         """
-        relative = key_to_relpath(key).relative_to(SESSIONS_DIR)
-        lock_path = self._locks_dir / SESSIONS_DIR / relative.with_suffix(".lock")
+        lock_path = self._paths.session_lock(key_to_relpath(key).relative_to(SESSIONS_DIR))
         stack = ExitStack()
         try:
             stack.enter_context(locked(lock_path, timeout=LOCK_TIMEOUT_S))
@@ -304,6 +304,11 @@ class JsonlSessionStore:
         try:
             handle = path.open("rb")
         except FileNotFoundError:
+            if tracked is not None:
+                # We had read this session from its file and the file is gone: it was
+                # deleted (``hippobot sessions delete``). What we hold in memory is the
+                # deleted conversation; it must not be written back.
+                self._forget_deleted(session, pending)
             return 0
         with handle:
             stat = os.fstat(handle.fileno())
@@ -323,6 +328,8 @@ class JsonlSessionStore:
                 return 0
             data = handle.read()
         if not data:  # an empty file: the next write puts the whole session in it
+            if tracked is not None and start == 0:
+                self._forget_deleted(session, pending)  # emptied by someone else
             return 0
         parsed = parse(data, at_start=start == 0)
         if start == 0:
@@ -351,6 +358,15 @@ class JsonlSessionStore:
         self._quarantine(path, parsed.corrupt)
         self._track(session, stat.st_ino, start + len(data), meta)
         return added
+
+    def _forget_deleted(self, session: Session, pending: int) -> None:
+        """Make ``session`` what a deleted file means: no stored messages, default pointers
+        (the ``pending`` tail, not on disk yet, stays)."""
+        del session.messages[: len(session.messages) - pending]
+        apply_meta(session, {})
+        session.created_at = session.updated_at = now_iso()
+        with self._guard:
+            self._tracked.pop(session, None)
 
     def _quarantine(self, path: Path, lines: Sequence[bytes]) -> None:
         """Copy unreadable lines to ``<file>.corrupt`` once each; warn once per call."""

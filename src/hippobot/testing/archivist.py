@@ -35,7 +35,8 @@ def is_archive_request(request: RecordedRequest) -> bool:
 def archivist(request: RecordedRequest) -> str:
     last = request.last_user_text()
     if last.startswith(ARCHIVE_PREFIX):
-        count = int(re.search(r"Archive the first (\d+) messages", last).group(1))
+        found = re.search(r"Archive the first (\d+) messages", last)
+        count = int(found.group(1)) if found else 0
         convo = [m for m in request.messages[1:-1]][:count]
         lines = _facts([content_text(m.get("content")) for m in convo if m.get("role") == "user"])
         return "\n".join(lines) or "(nothing)"

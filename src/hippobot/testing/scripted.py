@@ -28,7 +28,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from hippobot.messages import content_text
 from hippobot.providers import _errors
@@ -336,8 +336,8 @@ class ScriptedProvider:
         if request.stop:
             raw["stop"] = list(request.stop)
         recorded = RecordedRequest(
-            messages=raw["messages"],
-            tools=raw["tools"],
+            messages=cast(list[dict[str, Any]], raw["messages"]),
+            tools=cast(list[dict[str, Any]], raw["tools"]),
             model=request.model,
             tool_choice=request.tool_choice,
             stream=True,

@@ -5,6 +5,10 @@ atomic (temp file in the same directory, fsync, ``os.replace``): a reader, or a 
 the old file or the new one, never half of either, and a failed write leaves the old file
 untouched and no temp file behind. The tool functions are synchronous; the registry runs
 them in a worker thread.
+
+Given a ``lock`` (the workspace's per-file lock, see :mod:`hippobot.workspace`), every
+read-modify-write holds the file's lock, so concurrent sessions, Dream and a restore never
+lose each other's edits.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import difflib
 import os
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from hippobot.errors import ToolError
@@ -28,8 +34,18 @@ _SIMILAR_LINE_CUTOFF = 0.6
 _SIMILAR_LINE_MAX_LINES = 20_000
 
 
-def file_tools(policy: PathPolicy, *, max_read_chars: int = 50_000) -> list[Tool]:
-    """The four file tools, confined by ``policy``."""
+FileLock = Callable[[Path], AbstractContextManager[object]]
+
+
+def _no_lock(path: Path) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+def file_tools(
+    policy: PathPolicy, *, max_read_chars: int = 50_000, lock: FileLock | None = None
+) -> list[Tool]:
+    """The four file tools, confined by ``policy``; writes hold ``lock(path)``."""
+    file_lock = lock or _no_lock
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
         """Read a UTF-8 text file; long output is cut with a note saying how to read on.
@@ -51,9 +67,10 @@ def file_tools(policy: PathPolicy, *, max_read_chars: int = 50_000) -> list[Tool
         target = policy.resolve(path, for_write=True)
         if target.is_dir():
             raise ToolError(f"{path} is a directory; give a file path")
-        existed = target.exists()
         data = content.encode("utf-8")
-        _atomic_write(target, data, display=path)
+        with _holding(file_lock, target, path):
+            existed = target.exists()
+            _atomic_write(target, data, display=path)
         verb = "Overwrote" if existed else "Created"
         return f"{verb} {policy.display(target)} ({len(data)} bytes written)"
 
@@ -66,7 +83,9 @@ def file_tools(policy: PathPolicy, *, max_read_chars: int = 50_000) -> list[Tool
             new_text: The text to put in its place.
             replace_all: Replace every occurrence instead of requiring exactly one.
         """
-        return _edit(policy, path, old_text, new_text, replace_all)
+        target = policy.resolve(path, for_write=True)
+        with _holding(file_lock, target, path):
+            return _edit(policy, path, old_text, new_text, replace_all)
 
     def list_dir(path: str = ".") -> str:
         """List a directory: subdirectories end with '/', files show their size, symlinks their target.
@@ -158,6 +177,21 @@ def _edit(policy: PathPolicy, path: str, old: str, new: str, replace_all: bool) 
     _atomic_write(target, updated.encode("utf-8"), display=path)
     noun = "replacement" if count == 1 else "replacements"
     return f"Edited {policy.display(target)}: {count} {noun}"
+
+
+@contextlib.contextmanager
+def _holding(lock: FileLock, target: Path, display: str) -> Iterator[None]:
+    try:
+        held = lock(target)
+        held.__enter__()
+    except TimeoutError:
+        raise ToolError(f"{display} is being changed by something else; try again") from None
+    except OSError as exc:
+        raise ToolError(f"cannot lock {display}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        held.__exit__(None, None, None)
 
 
 # --- read ---------------------------------------------------------------------------

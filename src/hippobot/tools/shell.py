@@ -23,6 +23,7 @@ import shutil
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from hippobot.errors import ToolError
@@ -169,6 +170,10 @@ def truncate_middle(text: str, limit: int, *, already_omitted: int = 0) -> str:
     return f"{text[:head]}\n[... {omitted} chars omitted ...]\n{text[len(text) - tail :]}"
 
 
+def _same(value: _Capture) -> _Capture:
+    return value
+
+
 class _Capture(asyncio.Protocol):
     """Collects one pipe into at most ``2 * limit`` bytes: the first and the last ``limit``.
 
@@ -287,7 +292,7 @@ async def _run(
     timed_out = lingering = False
     try:
         for pipe, capture in pipes:
-            transport, _ = await loop.connect_read_pipe(lambda c=capture: c, pipe)
+            transport, _ = await loop.connect_read_pipe(partial(_same, capture), pipe)
             transports.append(transport)
         try:
             await asyncio.wait_for(proc.wait(), timeout)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hippobot.agent.events import (
+from hippobot.loop.events import (
     EventSink,
     Notice,
     ReplyDelta,
@@ -21,7 +21,7 @@ from hippobot.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-from hippobot.messages import Message, wire_message
+from hippobot.messages import Message, ToolCall, wire_message
 from hippobot.providers.base import (
     ChatRequest,
     Provider,
@@ -162,7 +162,7 @@ class Runner:
         result.stopped = "max_iterations"
         return result
 
-    async def _run_tool(self, call: dict[str, Any], persist: Persist, emit: EventSink) -> Message:
+    async def _run_tool(self, call: ToolCall, persist: Persist, emit: EventSink) -> Message:
         name = call["function"]["name"]
         arguments = call["function"]["arguments"]
         summary = _call_summary(name, arguments)

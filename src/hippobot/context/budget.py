@@ -176,12 +176,12 @@ def usage_estimate(
     prompt and completion tokens plus ``count`` of the messages appended since. ``None`` when
     there is no report or it no longer describes the replay (a consolidation or ``/new``
     moved the replay's start): then the caller must count the prompt itself."""
-    usage = session.usage or {}
+    usage = session.usage
     start = session.replay_start
-    at = usage.get("messages_at")
-    if not isinstance(at, int) or usage.get("replay_start") != start:
+    if usage is None or usage.messages_at is None or usage.replay_start != start:
         return None
-    reported = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+    at = usage.messages_at
+    reported = usage.prompt_tokens + usage.completion_tokens
     known = tokens.PromptEstimate(reported, at - start)
     if not known.usable(len(session.messages) - start):
         return None

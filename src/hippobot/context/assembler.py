@@ -1,0 +1,186 @@
+"""The prompt pipeline: the one owner of what a request on a session carries.
+
+:meth:`PromptAssembler.prepare` gives the system prompt, the replayed history (capped to
+the input budget), the exact wire messages and the tool schemas; :meth:`estimate` gives
+the prompt size. A chat turn, the consolidation request that reuses the turn's prefix, and
+``/context`` / ``hippobot context`` all call these, so what is shown, what is sent and what
+is budgeted cannot differ.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hippobot.context import tokens
+from hippobot.context.budget import Budget, usage_estimate
+from hippobot.context.builder import ContextBuilder, SystemPrompt
+from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
+from hippobot.context.wire import to_wire
+from hippobot.memory.history import HistoryEntry
+from hippobot.messages import Message
+from hippobot.session.model import Session
+
+if TYPE_CHECKING:
+    from hippobot.tools.base import ToolRegistry
+
+__all__ = ["HistorySource", "PreparedRequest", "PromptAssembler", "split_key"]
+
+_CACHE_SESSIONS = 128
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``channel:chat`` → (channel, chat); a key without a colon is its own chat."""
+    channel, _, chat = key.partition(":")
+    return channel, chat or channel
+
+
+class HistorySource(Protocol):
+    """What the prompt needs from the memory store: the entries Dream has not read yet."""
+
+    def read_history(
+        self, *, after: int = 0, session_key: str | None = None, limit: int | None = None
+    ) -> Sequence[HistoryEntry]: ...
+
+    def dream_cursor(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """Everything one request on a session sends, in the order it is sent."""
+
+    system: SystemPrompt
+    history: list[Message]  # the stored messages replayed (legal for every provider)
+    messages: list[dict[str, Any]]  # wire form: [system, *history]
+    tools: ToolRegistry
+    schemas: list[dict[str, Any]]
+
+    def size(self) -> int:
+        """Tokens this request carries, counted (system prompt, tools, replayed messages)."""
+        return (
+            tokens.count_text(self.system.text)
+            + tokens.count_tools(self.schemas)
+            + tokens.count_messages(self.history)
+        )
+
+
+class PromptAssembler:
+    """Prepares requests for sessions of one workspace.
+
+    Collaborators: ``builder`` (workspace files and skills → system prompt), ``history``
+    (the memory store), ``tools_for`` (a session's tool registry), ``model_label`` (the
+    model's name for the prompt) and the ``budget``.
+    """
+
+    def __init__(
+        self,
+        *,
+        builder: ContextBuilder,
+        history: HistorySource,
+        tools_for: Callable[[str], ToolRegistry],
+        model_label: Callable[[], str],
+        budget: Budget,
+        max_history_messages: int,
+        include_other_sessions: bool = False,
+    ) -> None:
+        self.builder = builder
+        self.history = history
+        self.tools_for = tools_for
+        self.model_label = model_label
+        self.budget = budget
+        self.max_history_messages = max_history_messages
+        self.include_other_sessions = include_other_sessions
+        # Stored messages never change, so each one's wire form is built once and reused
+        # while it is replayed (the entry keeps the message alive, so ids are never confused).
+        self._wire_cache: OrderedDict[str, dict[int, tuple[Message, dict[str, Any]]]] = (
+            OrderedDict()
+        )
+
+    @property
+    def workspace(self) -> Path:
+        return self.builder.files.workspace
+
+    # --- parts ------------------------------------------------------------------------
+
+    def recent_history(self, key: str) -> RecentSelection:
+        """What ``# Recent History`` shows in session ``key``: pending archive entries of
+        this session and the durable lines of the others' (context.recent)."""
+        pending = self.history.read_history(after=self.history.dream_cursor())
+        return select_recent_history(
+            [RecentEntry(e.cursor, e.timestamp, e.content, e.session_key) for e in pending],
+            session_key=key,
+            include_other_sessions=self.include_other_sessions,
+            max_tokens=self.budget.history_tokens,
+        )
+
+    def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
+        channel, _ = split_key(session.key)
+        selection = self.recent_history(session.key)
+        return self.builder.build(
+            recent_history=selection.entries,
+            archived_summary=session.summary.text if session.summary else None,
+            tool_names=tuple(tool_names),
+            channel=channel,
+            model=self.model_label(),
+            recent_history_note=selection.note,
+        )
+
+    def replay(
+        self, session: Session, system: SystemPrompt, schemas: list[dict[str, Any]]
+    ) -> list[Message]:
+        """The stored messages replayed this turn, capped to what fits the input budget."""
+        max_tokens = 0
+        if self.budget.enabled and not self.clearly_fits(session):
+            fixed = tokens.count_text(system.text) + tokens.count_tools(schemas)
+            max_tokens = max(256, self.budget.input - fixed)
+        return session.get_history(
+            max_messages=self.max_history_messages,
+            max_tokens=max_tokens,
+            count_tokens=tokens.count_message if max_tokens else None,
+        )
+
+    def clearly_fits(self, session: Session) -> bool:
+        """True when the last request's reported size plus what came since is far below the
+        budget: then the replay needs no token cap and nothing has to be counted exactly
+        (which keeps a turn's cost independent of the session's length)."""
+        size = usage_estimate(session, count=tokens.estimate_messages)
+        return size is not None and size < 0.85 * self.budget.input
+
+    # --- the request ------------------------------------------------------------------
+
+    def prepare(self, session: Session) -> PreparedRequest:
+        """The exact request a turn on ``session`` would send now."""
+        registry = self.tools_for(session.key)
+        schemas = registry.schemas()
+        system = self.system_prompt(session, registry.names())
+        history = self.replay(session, system, schemas)
+        previous = self._wire_cache.pop(session.key, {})
+        current: dict[int, tuple[Message, dict[str, Any]]] = {}
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system.text}]
+        for m in history:
+            hit = previous.get(id(m))
+            item = hit[1] if hit is not None and hit[0] is m else to_wire(m)
+            current[id(m)] = (m, item)
+            wire.append(item)
+        self._wire_cache[session.key] = current
+        while len(self._wire_cache) > _CACHE_SESSIONS:  # a server sees many sessions
+            self._wire_cache.popitem(last=False)
+        return PreparedRequest(system, history, wire, registry, schemas)
+
+    def estimate(self, session: Session) -> int:
+        """Prompt tokens the next request on ``session`` would use: the provider's report on
+        the last one plus what came since, or else a count of the whole prompt (the
+        unarchived messages, uncapped: this is what consolidation must bring down)."""
+        reported = usage_estimate(session)
+        if reported is not None:
+            return reported
+        registry = self.tools_for(session.key)
+        system = self.system_prompt(session, registry.names())
+        return (
+            tokens.count_text(system.text)
+            + tokens.count_tools(registry.schemas())
+            + tokens.count_messages(session.messages[session.replay_start :])
+        )

@@ -1,0 +1,124 @@
+"""The model a workspace talks to, as one collaborator: endpoint, name and call settings.
+
+Services that call the model (a chat turn, consolidation, Dream) get a :class:`ModelClient`
+instead of the whole agent. The endpoint is resolved once, on first use, and the provider
+created then (so start-up stays fast and a command that never calls the model never needs
+one configured).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+from hippobot.providers.base import Provider
+from hippobot.providers.retry import RetryPolicy
+
+__all__ = ["ModelClient", "Target"]
+
+log = logging.getLogger(__name__)
+
+
+class Target(Protocol):
+    """A resolved endpoint (``hippobot.config.ModelTarget``)."""
+
+    @property
+    def kind(self) -> Literal["openai", "anthropic"]: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def api_base(self) -> str | None: ...
+    @property
+    def extra_headers(self) -> dict[str, str]: ...
+
+
+class ModelClient:
+    """``resolve`` gives the endpoint (raising a UserError when none is configured);
+    ``fallback_name`` is shown where a model name is displayed but none is configured."""
+
+    def __init__(
+        self,
+        resolve: Callable[[], Target],
+        *,
+        max_tokens: int,
+        temperature: float,
+        fallback_name: str = "",
+        provider: Provider | None = None,
+    ) -> None:
+        self._resolve = resolve
+        self._target: Target | None = None
+        self._provider = provider
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.fallback_name = fallback_name
+        self.retry: RetryPolicy | None = None  # None: the provider's default policy
+
+    @property
+    def target(self) -> Target:
+        """The endpoint, resolved once (an unconfigured model raises every time it is asked)."""
+        if self._target is None:
+            self._target = self._resolve()
+        return self._target
+
+    @property
+    def name(self) -> str:
+        return self.target.model
+
+    def label(self) -> str:
+        """The model name for display: configured or not, never an error."""
+        from hippobot.errors import UserError
+
+        try:
+            return self.name
+        except UserError:
+            return self.fallback_name
+
+    def check(self) -> None:
+        """Raise the UserError saying how to configure a model, when none is."""
+        _ = self.target
+
+    def configured(self) -> bool:
+        from hippobot.errors import UserError
+
+        try:
+            _ = self.target
+        except UserError:
+            return False
+        return True
+
+    @property
+    def provider(self) -> Provider:
+        if self._provider is None:
+            from hippobot.providers.factory import make_provider
+
+            target = self.target
+            self._provider = make_provider(
+                target.kind,
+                api_key=target.api_key,
+                api_base=target.api_base,
+                extra_headers=target.extra_headers,
+                retry=self.retry,
+                name=target.provider,
+            )
+        return self._provider
+
+    @property
+    def provider_created(self) -> Provider | None:
+        return self._provider
+
+    def use(self, provider: Provider) -> None:
+        """Talk through ``provider`` from now on (tests: a client with its own timeout)."""
+        self._provider = provider
+
+    async def aclose(self) -> None:
+        close = getattr(self._provider, "aclose", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception as exc:  # closing idle connections must not fail a shutdown
+                log.debug("closing the provider failed: %s", exc)
