@@ -87,7 +87,7 @@ async def test_context_command_lists_sections_with_tokens(make_agent, scripted_m
     agent = make_agent()
     (agent.workspace / "USER.md").write_text("# User\nName: Ada\n")
     text = (await agent.turn("cli:direct", "/context")).reply
-    for name in ("identity", "bootstrap", "tool_contract", "tool schemas", "history replay", "total"):
+    for name in ("identity", "USER.md", "tool contract", "tool schemas", "history replay", "total"):
         assert name in text
     assert scripted_model.requests == []
 

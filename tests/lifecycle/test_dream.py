@@ -71,7 +71,7 @@ async def test_dream_writes_facts_commits_and_restore_undoes_exactly_that(make_a
     assert "Has a cat named Luna" not in after
     assert "English, Welsh" in after
     assert "PostgreSQL 16" not in (ws / "memory/MEMORY.md").read_text()
-    assert agent.memory.dream_cursor() == 0  # the cursor follows the restored state
+    assert agent.memory.dream_cursor() == 2  # not rewound: what was undone stays undone
     assert git_log(ws)[0].startswith("restore: undo")
     assert "restore: undo" in list_versions(agent.git)
 

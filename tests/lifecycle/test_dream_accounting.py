@@ -163,7 +163,7 @@ async def test_a_fact_superseded_in_the_same_batch_is_rejected_not_written(make_
 
 async def test_lines_the_user_reverted_are_not_required_or_re_added(make_agent, scripted_model, monkeypatch):
     agent = make_agent()
-    monkeypatch.setattr(agent.dream, "do_not_readd", lambda: ["- Has a cat named Luna"])
+    monkeypatch.setattr(agent.dream, "do_not_readd", lambda pending=(): ["- Has a cat named Luna"])
     plant(agent, CAT)
     scripted_model.reply("[SKIP] nothing new")
     result = await agent.dream.run()

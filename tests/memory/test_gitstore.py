@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from hippobot.memory.gitstore import (
 
 MEMORY = "memory/MEMORY.md"
 CURSOR = "memory/.dream_cursor"
+LEDGER = "memory/reverted.jsonl"
 BASE_MEMORY = "".join(f"- fact {i}\n" for i in range(1, 11))
 
 
@@ -92,6 +94,7 @@ def test_init_creates_repo_ignore_file_and_first_commit(ws: Path, store: GitStor
         "!memory/.dream_cursor",
         "!skills/",
         "!prompts/",
+        "!memory/reverted.jsonl",
         "!SOUL.md",
         "!USER.md",
         "!AGENTS.md",
@@ -131,6 +134,7 @@ def test_init_merges_an_existing_gitignore_without_duplicates(tmp_path: Path) ->
     assert lines[1:] == [
         "/*", "!memory/", "memory/*", "!memory/MEMORY.md", "!memory/.dream_cursor",
         "!skills/", "!prompts/", "!SOUL.md", "!USER.md", "!AGENTS.md", "!.gitignore",
+        "!memory/reverted.jsonl", "!SOUL.md", "!USER.md", "!.gitignore",
     ]  # fmt: skip
 
 
@@ -337,7 +341,7 @@ def test_manual_edits_survive_a_revert(ws: Path, store: GitStore, abc: tuple[str
     assert set(store.show(result.manual_sha).files) == {"USER.md", MEMORY}
 
 
-def test_revert_moves_the_dream_cursor_back(ws: Path, store: GitStore) -> None:
+def test_revert_leaves_the_dream_cursor_and_records_the_lines_it_took_out(ws: Path, store: GitStore) -> None:
     edit_line(ws, MEMORY, "- fact 2\n", "- fact 2 from dream B\n")
     write(ws, CURSOR, "5\n")
     b = store.commit("dream: B")
@@ -345,10 +349,31 @@ def test_revert_moves_the_dream_cursor_back(ws: Path, store: GitStore) -> None:
     edit_line(ws, MEMORY, "- fact 8\n", "- fact 8 from dream C\n")
     store.commit("dream: C")
     assert b
-    result = store.revert(b[:8])
-    assert read(ws, CURSOR) == "3\n"  # the value before B
-    assert set(result.files) == {MEMORY, CURSOR}
+    result = store.revert(b[:8], after_cursor=9)
+    assert read(ws, CURSOR) == "9\n"  # not rewound: Dream must not read those entries again
+    assert set(result.files) == {MEMORY}
     assert "- fact 8 from dream C\n" in read(ws, MEMORY)
+    assert "from dream B" not in read(ws, MEMORY)
+    ledger = [json.loads(line) for line in read(ws, LEDGER).splitlines()]
+    assert [(e["file"], e["text"], e["after_cursor"], e["commit"]) for e in ledger] == [
+        (MEMORY, "- fact 2 from dream B", 9, b)
+    ]
+    assert [(f.file, f.text) for f in result.forgotten] == [(MEMORY, "- fact 2 from dream B")]
+    restore = store.log(limit=1)[0]
+    assert LEDGER in restore.files  # the ledger is versioned with the undo
+
+    # Undoing the undo brings the line back and takes it out of the ledger again.
+    again = store.revert(restore.short_sha)
+    assert "- fact 2 from dream B\n" in read(ws, MEMORY)
+    assert "from dream B" not in read(ws, LEDGER)
+    assert [f.text for f in again.forgotten] == ["- fact 2"]  # replaced again: now the unwanted one
+
+
+def test_commit_with_contents_commits_those_instead_of_the_disk(ws: Path, store: GitStore) -> None:
+    write(ws, "SOUL.md", "# Soul\nBe kind.\nA hand edit.\n")
+    sha = store.commit("manual: x", contents={"SOUL.md": b"# Soul\nBe kind.\n", "USER.md": None})
+    assert sha and store.show(sha).files == ("USER.md",)
+    assert read(ws, "SOUL.md").endswith("A hand edit.\n")  # the disk is not touched
 
 
 # --- damaged or missing history -----------------------------------------------------

@@ -43,5 +43,5 @@ def test_the_page_says_why_versions_are_missing(serve, make_agent):
 
     page = httpx.get(f"{srv.root}/").text
 
-    assert "Versioning is off (not initialised" in page
+    assert "Versioning is not started yet" in page
     assert "No history entries yet." in page

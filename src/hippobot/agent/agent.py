@@ -232,7 +232,7 @@ class Agent:
     def versioning_state(self) -> str:
         git = self.git
         if not git.initialized:
-            return "off (not initialised: run `hippobot onboard`)"
+            return "not started yet (the first Dream or memory edit creates the history)"
         if not git.available:
             return f"off ({git.broken_reason})"
         return f"on ({len(git.log(limit=1000))} versions)"
@@ -380,6 +380,7 @@ class Agent:
                 (stored,) = await self.sessions.append(session, msg)
                 return stored
 
+            before = await asyncio.to_thread(self._memory_snapshot)
             try:
                 result = await runner.run(request.messages, persist, on_event)
             except ProviderError as exc:  # an endpoint may echo the key it rejected
@@ -394,8 +395,10 @@ class Agent:
                     replay_start=session.replay_start,
                 )
             await self.sessions.save_meta(session)
-        if any(m.get("name") in ("write_file", "edit_file", "exec") for m in result.messages):
-            await asyncio.to_thread(self._commit_memory_edits, key)
+        written = self._written_paths(result.messages)
+        ran_exec = any(m.get("name") == "exec" for m in result.messages if m.get("role") == "tool")
+        if written or ran_exec:
+            await asyncio.to_thread(self._commit_memory_edits, key, before, written, ran_exec)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
 
@@ -449,14 +452,71 @@ class Agent:
                 on_event(Notice("archiving older messages to make room…"))
             await self.consolidator.consolidate(session)
 
-    def _commit_memory_edits(self, key: str) -> None:
-        """Active memory: an edit the model made to a memory file is versioned at once."""
-        git = self.git
-        if git.initialized and git.available:
+    def _memory_snapshot(self) -> dict[str, bytes]:
+        """The versioned files (memory and prompt files) as they are before a turn's tools
+        run; a file not listed did not exist."""
+        return self.git.working_files()
+
+    def _written_paths(self, messages: Sequence[Message]) -> set[Path]:
+        """Files that a *successful* write_file/edit_file call of this turn wrote."""
+        calls: dict[str, str] = {}
+        for m in messages:
+            for call in m.get("tool_calls") or ():
+                function = call.get("function") or {}
+                if function.get("name") in ("write_file", "edit_file"):
+                    try:
+                        path = json.loads(function.get("arguments") or "{}").get("path")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(path, str) and path:
+                        calls[str(call.get("id"))] = path
+        root = self.project or self.workspace
+        written = set()
+        for m in messages:
+            path = calls.get(str(m.get("tool_call_id"))) if m.get("role") == "tool" else None
+            content = m.get("content")
+            if path is None or (isinstance(content, str) and content.startswith("Error")):
+                continue
             try:
-                git.commit(f"memory: edited in chat ({key})")
-            except Exception as exc:  # versioning must never break a chat
-                log.warning("could not version the memory edit: %s", exc)
+                written.add((root / Path(path).expanduser()).resolve())
+            except (OSError, RuntimeError, ValueError):
+                continue
+        return written
+
+    def _commit_memory_edits(
+        self, key: str, before: dict[str, bytes], written: set[Path], ran_exec: bool = False
+    ) -> None:
+        """Active memory: what the model's successful edits changed is versioned at once, and
+        only that. A hand edit not yet committed is committed first, on its own, as
+        ``manual: edits before chat``, so undoing the chat commit never touches it. After
+        ``exec`` (which may write any file) every versioned file that changed during the
+        turn counts as the model's."""
+        from hippobot.lifecycle.versions import ensure_history
+
+        git = self.git
+        try:
+            now = self._memory_snapshot()
+            root = self.workspace.resolve()
+            touched: set[str] = set()
+            for path in written:
+                try:
+                    rel = path.relative_to(root).as_posix()
+                except ValueError:
+                    continue
+                if git.is_store_path(rel):
+                    touched.add(rel)
+            if ran_exec:
+                touched |= {rel for rel in before.keys() | now.keys() if before.get(rel) != now.get(rel)}
+            touched = {rel for rel in touched if now.get(rel) != before.get(rel)}
+            if not touched:
+                return  # no memory file changed: nothing to version (and no history to start)
+            ensure_history(git)
+            if not git.available:
+                return
+            git.commit("manual: edits before chat", contents={rel: before.get(rel) for rel in touched})
+            git.commit(f"memory: edited in chat ({key})")  # the manual commit holds the rest
+        except Exception as exc:  # versioning must never break a chat
+            log.warning("could not version the memory edit: %s", exc)
 
     def fixed_prompt_tokens(self, session: Session) -> int:
         """Tokens every request carries whatever the memory: identity, tool contract, skills

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "CommandRouter"]
 
-_COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S)
+_COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S | re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class CommandRouter:
         m = _COMMAND.match(text.strip())
         if m is None:
             return None
-        name, arg = m.group(1), (m.group(2) or "").strip()
+        name, arg = m.group(1).lower(), (m.group(2) or "").strip()  # /NEW is /new
         if name not in _NAMES:
             return f"Unknown command /{name}. Type /help to see the commands."
         return await self._handlers[name](key, arg)
@@ -112,7 +112,12 @@ class CommandRouter:
 
         if not arg:
             return await asyncio.to_thread(list_versions, self.agent.git)
-        return await asyncio.to_thread(describe_restore, self.agent.git, arg)
+        git, memory = self.agent.git, self.agent.memory
+
+        def restore() -> str:
+            return describe_restore(git, arg, after_cursor=memory.last_cursor())
+
+        return await asyncio.to_thread(restore)
 
     async def _dream_prompt(self, key: str, arg: str) -> str:
         from hippobot.lifecycle.dream import dream_prompt_command

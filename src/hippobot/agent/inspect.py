@@ -1,4 +1,10 @@
-"""Read-only views of what the agent sees: ``/status``, ``/context``, ``hippobot context``."""
+"""Read-only views of what the agent sees: ``/status``, ``/context``, ``hippobot context``.
+
+Both views count the prompt the same way (:func:`_measure`: the system prompt, the tool
+schemas and the replayed history, counted offline), so ``/status`` and ``/context`` agree.
+``/context`` also splits the system prompt into one row per source: each bootstrap file,
+MEMORY.md, each skill and Recent History, like Claude Code's ``/context``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from hippobot.context import tokens
 from hippobot.context.budget import BudgetSplit
+from hippobot.context.builder import SystemPrompt
+from hippobot.context.loader import BOOTSTRAP_FILES
+from hippobot.messages import Message
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
@@ -20,6 +29,16 @@ class SectionSize:
     name: str
     tokens: int
     share: float  # of the input budget (0 when the budget is off)
+
+
+@dataclass(slots=True)
+class SourceRow:
+    """One source of the system prompt: a file, a skill, Recent History, a built-in part."""
+
+    name: str
+    kind: str  # "built-in" | "file" | "skill" | "history" | "summary"
+    tokens: int
+    note: str = ""  # e.g. "not sent: untouched template"
 
 
 @dataclass(slots=True)
@@ -36,6 +55,7 @@ class ContextReport:
     history_tokens: int
     total_tokens: int
     messages: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[SourceRow] = field(default_factory=list)
     budget: BudgetSplit | None = None
 
     def to_json(self, *, full: bool = False) -> str:
@@ -46,18 +66,21 @@ class ContextReport:
 
     def to_text(self, *, full: bool = False) -> str:
         budget = self.input_budget
+        w = max([28, *(len(r.name) + 2 for r in self.sources)])
         lines = [
             f"Context for session {self.session} (model {self.model or '-'})",
-            f"{'section':<20} {'tokens':>8} {'budget':>8}",
+            f"{'':<{w}} {'tokens':>8} {'budget':>8}",
+            f"{'system prompt':<{w}} {self.system_tokens:>8} {_pct(self.system_tokens, budget):>8}",
         ]
-        for s in self.sections:
-            lines.append(f"{s.name:<20} {s.tokens:>8} {_pct(s.tokens, budget):>8}")
+        for r in self.sources:
+            note = f"   ({r.note})" if r.note else ""
+            lines.append(f"{'  ' + r.name:<{w}} {r.tokens:>8} {_pct(r.tokens, budget):>8}{note}")
         lines += [
-            f"{'tool schemas':<20} {self.tool_schema_tokens:>8} {_pct(self.tool_schema_tokens, budget):>8}"
+            f"{'tool schemas':<{w}} {self.tool_schema_tokens:>8} {_pct(self.tool_schema_tokens, budget):>8}"
             f"   ({len(self.tools)} tools: {', '.join(self.tools)})",
-            f"{'history replay':<20} {self.history_tokens:>8} {_pct(self.history_tokens, budget):>8}"
+            f"{'history replay':<{w}} {self.history_tokens:>8} {_pct(self.history_tokens, budget):>8}"
             f"   ({self.history_messages} messages)",
-            f"{'total':<20} {self.total_tokens:>8} {_pct(self.total_tokens, budget):>8}",
+            f"{'total':<{w}} {self.total_tokens:>8} {_pct(self.total_tokens, budget):>8}",
             f"input budget {budget} tokens = context window {self.context_window} − reply "
             "reserve − safety margin" if budget else "token budget: off (contextWindowTokens is 0)",
         ]
@@ -97,18 +120,97 @@ def _pct(n: int, budget: int) -> str:
     return f"{100 * n / budget:.1f}%" if budget else "-"
 
 
-def context_report(agent: Agent, key: str) -> ContextReport:
-    session = agent.sessions.get(key)
-    request = agent.prompts.prepare(session)  # exactly what a turn would send now
+@dataclass(slots=True)
+class _Measured:
+    system: SystemPrompt
+    tools: list[str]
+    history: list[Message]
+    messages: list[dict[str, Any]]  # wire form: [system, *history]
+    system_tokens: int
+    schema_tokens: int
+    history_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.system_tokens + self.schema_tokens + self.history_tokens
+
+
+def _measure(agent: Agent, key: str) -> _Measured:
+    """The next request on ``key``, counted: the one estimate both views report."""
+    request = agent.prompts.prepare(agent.sessions.get(key))  # exactly what a turn would send now
     system, schemas, history = request.system, request.schemas, request.history
-    registry = request.tools
+    return _Measured(
+        system, list(request.tools.names()), history, list(request.messages),
+        tokens.count_text(system.text), tokens.count_tools(schemas), tokens.count_messages(history),
+    )
+
+
+def _sources(agent: Agent, system: SystemPrompt) -> list[SourceRow]:
+    """The system prompt, one row per file / skill / part, in prompt order."""
+    rows: list[SourceRow] = []
+    sent = dict(agent.files.bootstrap())
+    for section in system.sections:
+        name, text = section.name, section.text
+        if name == "bootstrap":
+            rows += _bootstrap_rows(sent)
+        elif name == "memory":
+            rows.append(SourceRow("MEMORY.md", "file", tokens.count_text(text)))
+        elif name == "active_skills":
+            for block in _blocks(text.split("\n\n", 1)[-1], "## "):
+                title = block.split("\n", 1)[0].removeprefix("## ").strip()
+                rows.append(SourceRow(f"skill {title}", "skill", tokens.count_text(block), "always on"))
+        elif name == "skills":
+            listed = [ln for ln in text.splitlines() if ln.startswith("- ")]
+            intro = tokens.count_text(text) - sum(tokens.count_text(ln) for ln in listed)
+            rows.append(SourceRow("skills index", "built-in", max(0, intro)))
+            for line in listed:
+                title = line[2:].split(" — ", 1)[0]
+                rows.append(SourceRow(f"skill {title}", "skill", tokens.count_text(line), "listed"))
+        elif name == "recent_history":
+            count = sum(1 for ln in text.splitlines() if ln.startswith("- ["))
+            rows.append(SourceRow("Recent History", "history", tokens.count_text(text), f"{count} entries"))
+        elif name == "archived_summary":
+            rows.append(SourceRow("archived summary", "summary", tokens.count_text(text)))
+        else:
+            rows.append(SourceRow(name.replace("_", " "), "built-in", tokens.count_text(text)))
+    # Every memory file gets its row, sent or not, where it would appear.
+    if system.section("bootstrap") is None:
+        rows[1:1] = _bootstrap_rows(sent)
+    if system.section("memory") is None:
+        at = max(i for i, r in enumerate(rows) if r.kind == "file") + 1
+        rows.insert(at, SourceRow("MEMORY.md", "file", 0, "not sent: empty or untouched template"))
+    return rows
+
+
+def _bootstrap_rows(sent: dict[str, str]) -> list[SourceRow]:
+    rows = []
+    for name in BOOTSTRAP_FILES:
+        if name in sent and sent[name].strip():
+            rows.append(SourceRow(name, "file", tokens.count_text(f"## {name}\n\n{sent[name].strip()}")))
+        else:
+            rows.append(SourceRow(name, "file", 0, "not sent: empty or untouched template"))
+    return rows
+
+
+def _blocks(text: str, marker: str) -> list[str]:
+    """``text`` cut before each line that starts with ``marker``."""
+    out: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(marker) or not out:
+            out.append(line)
+        else:
+            out[-1] += line
+    return [b.strip() for b in out if b.strip()]
+
+
+def context_report(agent: Agent, key: str) -> ContextReport:
+    measured = _measure(agent, key)
+    system, history = measured.system, measured.history
     budget = agent.budget.input
     sizes = [(s.name, tokens.count_text(s.text)) for s in system.sections]
     sections = [SectionSize(name, n, n / budget if budget else 0.0) for name, n in sizes]
-    system_tokens = tokens.count_text(system.text)
-    schema_tokens = tokens.count_tools(schemas)
-    history_tokens = tokens.count_messages(history)
-    model = agent.model_label()
+    system_tokens, schema_tokens = measured.system_tokens, measured.schema_tokens
+    history_tokens = measured.history_tokens
     split = None
     if agent.budget.enabled:
         by_name = dict(sizes)
@@ -127,17 +229,18 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         )
     return ContextReport(
         session=key,
-        model=model,
+        model=agent.model_label(),
         context_window=agent.budget.context_window,
         input_budget=budget,
         sections=sections,
-        system_tokens=system_tokens,
-        tool_schema_tokens=schema_tokens,
-        tools=list(registry.names()),
+        system_tokens=measured.system_tokens,
+        tool_schema_tokens=measured.schema_tokens,
+        tools=measured.tools,
         history_messages=len(history),
-        history_tokens=history_tokens,
-        total_tokens=system_tokens + schema_tokens + history_tokens,
-        messages=list(request.messages),
+        history_tokens=measured.history_tokens,
+        total_tokens=measured.total,
+        messages=measured.messages,
+        sources=_sources(agent, system),
         budget=split,
     )
 
@@ -203,7 +306,7 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         session=key,
         messages=len(session.messages),
         unconsolidated=max(0, len(session.messages) - start),
-        estimate_tokens=agent.prompts.estimate(session),
+        estimate_tokens=_measure(agent, key).total,  # the same count /context shows
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
         last_usage=session.usage.to_dict() if session.usage else None,

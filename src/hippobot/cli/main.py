@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -91,17 +91,30 @@ def _root(
 
 
 @app.command()
-def onboard(workspace: WorkspaceOpt = None) -> None:
-    """Create ~/.hippobot with a commented config.json and the workspace templates."""
+def onboard(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """Create ~/.hippobot with a commented config.json and the workspace templates.
+
+    With -w DIR, DIR becomes the default workspace (recorded in config.json).
+    """
     from hippobot.cli.onboard import onboard as do_onboard
 
     settings = _settings(workspace)
-    result = do_onboard(settings)
+    result = do_onboard(settings, record=workspace is not None)
+    if json_out:
+        _print_json({
+            "workspace": str(settings.workspace), "config": str(settings.config_path),
+            "created": [str(p) for p in result.created], "kept": [str(p) for p in result.kept],
+            "versioning": result.versioning, "recorded": result.recorded or None,
+            "model_configured": settings.model_configured(),
+        })
+        return
     for path in result.created:
         sys.stdout.write(f"created  {path}\n")
     for path in result.kept:
         sys.stdout.write(f"kept     {path}\n")
     sys.stdout.write(f"{result.versioning}\n")
+    if result.recorded:
+        sys.stdout.write(f"{result.recorded}\n")
     if not settings.model_configured():
         sys.stdout.write(
             f"\nNext: put your provider in {settings.config_path} (or set HIPPOBOT_MODEL and "
@@ -118,6 +131,7 @@ def agent(
     image: Annotated[list[Path] | None, typer.Option("--image", help="Attach an image (repeatable).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name for this run.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider entry to use.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
     """Chat with the agent (interactive), or send one message with -m."""
     from hippobot.cli.chat import interactive, one_shot, piped
@@ -129,7 +143,7 @@ def agent(
     bot = _agent(settings, project)
     media = [str(p) for p in image or []]
     if message is not None:
-        code = asyncio.run(one_shot(bot, session, message, media))
+        code = asyncio.run(one_shot(bot, session, message, media, as_json=json_out))
     elif media:
         raise HippobotError("--image needs a message: use -m \"...\" --image PATH")
     elif sys.stdin.isatty():
@@ -167,31 +181,41 @@ def context(
 def dream(
     workspace: WorkspaceOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+    json_out: JsonOpt = False,
     background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
     """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
 
     Prints what became of every durable fact: written (file:line), already known, or
     rejected with a reason; entries left pending say why (see `memory history --pending`).
+    Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
+    running, with the reason on stderr.
     """
+    from hippobot.lifecycle.versions import SHELL_HINTS
+
     settings = _settings(workspace)
     bot = _agent(settings)
 
-    async def run() -> str:
+    async def run() -> Any:
         try:
-            result = await bot.dream.run(dry_run=dry_run)
+            return await bot.dream.run(dry_run=dry_run)
         finally:
             await bot.aclose(timeout=5.0)
-        return result.describe()
 
-    text = asyncio.run(run())
+    result = asyncio.run(run())
     if background:
         from datetime import datetime
 
         stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
-        sys.stderr.write(f"[{stamp}] {text}\n")
-        return
-    sys.stdout.write(text + "\n")
+        sys.stderr.write(f"[{stamp}] {result.describe(SHELL_HINTS)}\n")
+    elif json_out:
+        _print_json(result.to_dict())
+    elif result.ok:
+        sys.stdout.write(result.describe(SHELL_HINTS) + "\n")
+    if not result.ok:
+        if not background:
+            sys.stderr.write(f"error: {result.describe(SHELL_HINTS).splitlines()[0]}\n")  # one line
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -7,6 +7,7 @@ import json
 import sqlite3
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -76,8 +77,12 @@ def history(
         return
     for e in entries:
         mark = "*" if e.cursor > dream_cursor else " "
-        src = f" {e.source.session}#{e.source.start}-{e.source.end - 1}" if e.source else ""
-        sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({e.session_key or '-'}{src})\n")
+        where = e.session_key or "-"
+        if e.source:  # the messages it summarises; their session is named once
+            span = f"#{e.source.start}-{e.source.end - 1}"
+            same = e.source.session == e.session_key or not e.session_key
+            where = f"{e.source.session}{span}" if same else f"{where}, {e.source.session}{span}"
+        sys.stdout.write(f"{mark}#{e.cursor} [{e.timestamp}] ({where})\n")
         for line in e.content.splitlines():
             sys.stdout.write(f"    {line}\n")
         why = waiting(e.cursor)
@@ -142,7 +147,7 @@ def search(
 
 
 @memory_app.command("reindex")
-def reindex(workspace: WorkspaceOpt = None) -> None:
+def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Rebuild the search index from the files (it is derived state), and with semantic
     recall configured, embed every document."""
     from hippobot.recall.embedders import open_index
@@ -150,7 +155,11 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     index = open_index(_settings(workspace), auto_sync=False)
     with _index_errors(index.path):
         stats = index.rebuild()
-    sys.stdout.write(f"reindexed: {stats.describe()}\n")
+    if json_out and not index.semantic:
+        _print_json(asdict(stats))
+        return
+    if not json_out:
+        sys.stdout.write(f"reindexed: {stats.describe()}\n")
     if not index.semantic:
         return
     embedded = 0
@@ -162,30 +171,67 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
         if not fill.pending or not fill.embedded:
             break
     warning = index.take_semantic_warning()
+    if json_out:
+        _print_json({**asdict(stats), "embedded": embedded, "warning": warning})
     if warning:
-        sys.stderr.write(f"warning: {warning}\n")
+        sys.stderr.write(f"error: {warning}\n")
         raise typer.Exit(1)
-    sys.stdout.write(f"embedded: {embedded} documents\n")
+    if not json_out:
+        sys.stdout.write(f"embedded: {embedded} documents\n")
+
+
+@contextlib.contextmanager
+def _list_hint() -> Iterator[None]:
+    """An unknown version names the shell command that lists them."""
+    from hippobot.memory.gitstore import UnknownCommit
+
+    try:
+        yield
+    except UnknownCommit as exc:
+        raise UnknownCommit(f"{exc}; list them with `hippobot memory restore`") from None
 
 
 @memory_app.command("log")
 def log(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
     workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show a memory version as a diff (the latest Dream change by default)."""
-    from hippobot.lifecycle.versions import describe_log
+    from hippobot.lifecycle.versions import SHELL_HINTS, commit_json, format_log, log_data
 
-    sys.stdout.write(describe_log(_agent(_settings(workspace)).git, sha) + "\n")
+    with _list_hint():
+        commit = log_data(_agent(_settings(workspace)).git, sha)
+    if json_out:
+        _print_json(commit_json(commit) if commit else None)
+        return
+    sys.stdout.write(format_log(commit, SHELL_HINTS) + "\n")
 
 
 @memory_app.command("restore")
 def restore(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix) to undo; omit to list versions.")] = None,
     workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Undo exactly one memory change as a new commit, keeping later edits."""
-    from hippobot.lifecycle.versions import describe_restore, list_versions
+    """Undo exactly one memory change as a new commit, keeping later edits.
+
+    The lines it takes out are remembered in memory/reverted.jsonl, so Dream does not add them
+    again unless a later conversation states them.
+    """
+    from hippobot.lifecycle import versions
 
     bot = _agent(_settings(workspace))
-    sys.stdout.write((describe_restore(bot.git, sha) if sha else list_versions(bot.git)) + "\n")
+    if sha is None:
+        found = versions.versions_data(bot.git)
+        if json_out:
+            _print_json([versions.commit_json(v) for v in found])
+        else:
+            sys.stdout.write(versions.format_versions(found, versions.SHELL_HINTS) + "\n")
+        return
+    with _list_hint():
+        result = versions.restore_data(bot.git, sha, after_cursor=bot.memory.last_cursor())
+    if json_out:
+        _print_json(versions.restore_json(result))
+    else:
+        sys.stdout.write(versions.format_restore(result, sha) + "\n")

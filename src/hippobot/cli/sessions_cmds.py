@@ -109,6 +109,7 @@ def delete_session(
     key: Annotated[str, typer.Argument(help="Session key to delete.")],
     workspace: WorkspaceOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Delete a conversation file (history entries already archived stay)."""
     if not yes:
@@ -118,4 +119,7 @@ def delete_session(
     deleted = asyncio.run(_store(workspace).delete(key))
     if not deleted:
         raise UserError(f"no session {key!r}: see `hippobot sessions list`")
+    if json_out:
+        _print_json({"deleted": key})
+        return
     sys.stdout.write(f"deleted {key}\n")

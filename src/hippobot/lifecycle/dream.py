@@ -39,9 +39,11 @@ from hippobot.lifecycle.accounting import (
     format_outcomes,
     unaccounted,
 )
+from hippobot.lifecycle.versions import CHAT_HINTS, Hints
 from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
+from hippobot.memory.ledger import RevertLedger, content_lines, restates
 from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
@@ -74,6 +76,7 @@ _FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOV
 _ENTRY_CAP = 2000
 _FILE_CAP = 12_000
 _GUIDE_CAP = 32_000
+_LEDGER_SHOWN = 50  # newest reverted lines shown to the analysis
 
 
 def parse_findings(text: str) -> tuple[list[str], bool]:
@@ -141,6 +144,7 @@ class DreamResult:
     seconds: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
     held: list[HeldBatch] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
 
     def accounting(self) -> str:
         """One line per durable fact of the run, then what stays pending and why."""
@@ -149,12 +153,25 @@ class DreamResult:
             lines.append(f"Entries #{h.first}-#{h.last} stay pending: {h.reason}")
         return "\n".join(lines)
 
-    def describe(self) -> str:
-        text = self._headline()
+    @property
+    def ok(self) -> bool:
+        """False when the run could not do its work (scripts get a non-zero exit)."""
+        return self.status not in ("failed", "stopped", "busy")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "status": self.status, "entries": self.entries, "batches": self.batches,
+            "findings": list(self.findings), "files": list(self.files), "commit": self.commit,
+            "error": self.error, "seconds": round(self.seconds, 3), "withheld": list(self.withheld),
+            "accounting": self.accounting(),
+        }
+
+    def describe(self, hints: Hints = CHAT_HINTS) -> str:
+        text = self._headline(hints)
         extra = self.accounting() if self.status not in ("nothing", "busy", "dry-run") else ""
         return f"{text}\n{extra}" if extra else text
 
-    def _headline(self) -> str:
+    def _headline(self, hints: Hints) -> str:
         took = f" in {self.seconds:.1f}s"
         if self.status == "nothing":
             return (
@@ -175,9 +192,11 @@ class DreamResult:
         if not self.files:
             return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes{tail}."
         sha = f" (commit {self.commit[:8]})" if self.commit else ""
+        undo = f" {hints.restore} {self.commit[:8]}" if self.commit else f" {hints.restore}"
+        kept_out = f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
         return (
             f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
-            f"updated {', '.join(self.files)}{sha}{tail}. See /dream-log; undo with /dream-restore."
+            f"updated {', '.join(self.files)}{sha}{tail}.{kept_out} See {hints.log}; undo with{undo}."
         )
 
 
@@ -275,6 +294,7 @@ class Dream:
             return DreamResult("nothing")
         provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
         result = DreamResult("done")
+        reverted = await asyncio.to_thread(self.do_not_readd, pending)
         if not dry_run:
             await asyncio.to_thread(self._stage_or_fail)
         last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
@@ -283,10 +303,12 @@ class Dream:
         try:
             for batch in self._batches(pending):
                 if dry_run:
-                    result.findings += (await self._analyse(provider, batch, staged=False))[0]
+                    result.findings += (
+                        await self._analyse(provider, batch, staged=False, reverted=reverted)
+                    )[0]
                 else:
                     snapshot = self._files(self.staged)
-                    held = await self._batch(provider, batch, result)
+                    held = await self._batch(provider, batch, result, reverted)
                     if held is not None:
                         self._restore(snapshot)  # nothing of an unaccounted batch is kept
                         result.held.append(held)
@@ -296,11 +318,11 @@ class Dream:
                 result.batches += 1
             batch = ()
         except _OverBudget as exc:
-            log.warning("Dream stopped: %s; the rest stays pending", exc)
+            log.info("Dream stopped: %s; the rest stays pending", exc)  # the caller reports it
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:
             reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
-            log.warning("Dream failed: %s; the entries stay pending", reason)
+            log.info("Dream failed: %s; the entries stay pending", reason)  # the caller reports it
             result.status, result.error = "failed", reason
         if dry_run:
             result.status = "dry-run" if result.status == "done" else result.status
@@ -310,10 +332,13 @@ class Dream:
                 self._restore(snapshot)
             result.held.append(HeldBatch(batch[0].cursor, pending[-1].cursor, f"Dream {result.status}: {result.error}"))
         for h in result.held:
-            log.warning("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
+            log.info("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
         self._write_pending_reasons(result.held)
         cursor = last_done if last_done is not None else memory.dream_cursor()
         if cursor > memory.dream_cursor() or self._staged_changed():
+            result.withheld = await asyncio.to_thread(
+                self._honour_reverts, [e for e in pending if e.cursor <= cursor]
+            )
             result.files, result.commit = await asyncio.to_thread(
                 self._apply, cursor, result.accounting()
             )
@@ -344,18 +369,25 @@ class Dream:
         return out
 
     async def _batch(
-        self, provider: Provider, batch: Sequence[HistoryEntry], result: DreamResult
+        self,
+        provider: Provider,
+        batch: Sequence[HistoryEntry],
+        result: DreamResult,
+        reverted: Sequence[str] = (),
     ) -> HeldBatch | None:
-        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay pending."""
+        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay
+        pending. ``reverted``: :meth:`do_not_readd` for this run."""
         facts = batch_facts(batch)
         before = self._files(self.staged)
-        findings, valid, text = await self._analyse(provider, batch, staged=True)
+        findings, valid, text = await self._analyse(provider, batch, staged=True, reverted=reverted)
         if not valid:
             log.warning(
                 "Dream analysis of entries #%d-#%d was empty or followed no known format; "
                 "asking once more", batch[0].cursor, batch[-1].cursor,
             )
-            findings, valid, text = await self._analyse(provider, batch, staged=True)
+            findings, valid, text = await self._analyse(
+                provider, batch, staged=True, reverted=reverted
+            )
         if not valid:
             if not facts:
                 log.warning(
@@ -371,16 +403,16 @@ class Dream:
         result.findings += findings
         rejections = parse_rejections(text)
         for chunk in self._chunks(findings):
-            rejections += parse_rejections(await self._edit(provider, chunk))
-        outcomes = self._account(facts, before, rejections)
+            rejections += parse_rejections(await self._edit(provider, chunk, reverted=reverted))
+        outcomes = self._account(facts, before, rejections, reverted)
         missing = unaccounted(outcomes)
         if missing:
             log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
                      len(missing), batch[0].cursor, batch[-1].cursor)
             for part in self._chunks(missing):
-                reply = await self._edit(provider, [], missing=part)
+                reply = await self._edit(provider, [], missing=part, reverted=reverted)
                 rejections += parse_rejections(reply)
-            outcomes = self._account(facts, before, rejections)
+            outcomes = self._account(facts, before, rejections, reverted)
             missing = unaccounted(outcomes)
         result.outcomes += outcomes
         if missing:
@@ -418,25 +450,38 @@ class Dream:
         return out
 
     def _account(
-        self, facts: Sequence[Fact], before: dict[str, str], rejections: list[tuple[str, str]]
+        self,
+        facts: Sequence[Fact],
+        before: dict[str, str],
+        rejections: list[tuple[str, str]],
+        reverted: Sequence[str] = (),
     ) -> list[Outcome]:
         return account(
-            facts, before, self._files(self.staged), rejections=rejections,
-            do_not_readd=self.do_not_readd(),
+            facts, before, self._files(self.staged), rejections=rejections, do_not_readd=reverted
         )
 
-    def do_not_readd(self) -> list[str]:
-        """Lines the user reverted, which Dream must neither write nor require (a hook for a
-        ledger of reverted lines; none is kept yet). They are shown to the model as "do not
-        add back", and a fact matching one is accounted as rejected."""
-        return []
+    def do_not_readd(self, pending: Sequence[HistoryEntry] = ()) -> list[str]:
+        """Lines the user reverted (the ledger, ``memory/reverted.jsonl``) that Dream must
+        neither write nor require: each one no entry of ``pending`` newer than its undo
+        restates. They are shown to the model as "do not add them back", and a fact matching
+        one is accounted as rejected ("the user reverted it"). Reads a file: call it off the
+        event loop."""
+        out: dict[str, None] = {}
+        for line in RevertLedger(self.workspace).read():
+            if not any(e.cursor > line.after_cursor and restates(e.content, line.text) for e in pending):
+                out[line.text] = None
+        return list(out)
 
-    def _guide(self) -> str:
+    def _guide(self, reverted: Sequence[str] = ()) -> str:
         guide = self.guide()[0]
-        reverted = self.do_not_readd()
         if reverted:
-            guide += "\n\nThe user removed these lines from the memory files; do not add them back:\n"
-            guide += "\n".join(f"- {line}" for line in reverted)
+            shown = list(reverted)[-_LEDGER_SHOWN:]
+            guide += (
+                "\n\n## Lines the user undid\n"
+                "The user reverted these lines from the memory files and no newer conversation "
+                "states them again; do not add them back, nor a rewording of them:\n"
+            )
+            guide += "\n".join(f"- {line.lstrip('-*+ ').strip()}" for line in shown)
         return guide
 
     def _restore(self, files: dict[str, str]) -> None:
@@ -485,7 +530,12 @@ class Dream:
         return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
 
     async def _analyse(
-        self, provider: Provider, batch: Sequence[HistoryEntry], *, staged: bool
+        self,
+        provider: Provider,
+        batch: Sequence[HistoryEntry],
+        *,
+        staged: bool,
+        reverted: Sequence[str] = (),
     ) -> tuple[list[str], bool, str]:
         """Phase 1: (findings, whether the answer followed the format, the answer)."""
         files = self._files(self.staged if staged else self.workspace)
@@ -493,7 +543,7 @@ class Dream:
             f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
         )
         prompt = render(
-            "dream_phase1.md", guide=self._guide(), soul=self._show(files["SOUL.md"]),
+            "dream_phase1.md", guide=self._guide(reverted), soul=self._show(files["SOUL.md"]),
             user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
             first=batch[0].cursor, last=batch[-1].cursor, history=history,
         )
@@ -506,8 +556,44 @@ class Dream:
         findings, valid = parse_findings(response.text)
         return findings, valid, response.text
 
+    def _honour_reverts(self, entries: Sequence[HistoryEntry]) -> list[str]:
+        """Take back out of the staged files each line the user reverted that this run added
+        again, unless one of ``entries`` newer than the undo states it again."""
+        ledger = RevertLedger(self.workspace).read()
+        if not ledger:
+            return []
+        withheld: list[str] = []
+        for name in MEMORY_FILES:
+            staged, base = self.staged / name, self.state / "base" / name
+            if not staged.exists():
+                continue
+            new = staged.read_text(encoding="utf-8", errors="replace")
+            old = base.read_text(encoding="utf-8", errors="replace") if base.exists() else ""
+            before = set(content_lines(old))
+            drop = set()
+            for line in content_lines(new):
+                if line in before:
+                    continue
+                hit = RevertLedger.matching(ledger, line)
+                if hit is None or any(
+                    e.cursor > hit.after_cursor and restates(e.content, hit.text) for e in entries
+                ):
+                    continue
+                drop.add(line)
+                withheld.append(f"{name}: {line.strip()}")
+                log.info("Dream re-added %r, which the user reverted; leaving it out", line)
+            if drop:
+                kept = [ln for ln in new.splitlines(keepends=True) if ln.rstrip("\r\n").rstrip() not in drop]
+                atomic_write_text(staged, "".join(kept))
+        return withheld
+
     async def _edit(
-        self, provider: Provider, findings: Sequence[str], *, missing: Sequence[Outcome] = ()
+        self,
+        provider: Provider,
+        findings: Sequence[str],
+        *,
+        missing: Sequence[Outcome] = (),
+        reverted: Sequence[str] = (),
     ) -> str:
         """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
 
@@ -535,7 +621,7 @@ class Dream:
                 )
             )
         prompt = render(
-            "dream_phase2.md", guide=self._guide(), findings=listed,
+            "dream_phase2.md", guide=self._guide(reverted), findings=listed,
             soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
             memory=self._show(files["memory/MEMORY.md"]),
         )
@@ -620,6 +706,8 @@ class Dream:
         from hippobot.memory.gitstore import merge3
 
         git = self.git
+        if not git.initialized:
+            git.init()  # versions are always on: the first Dream starts the history
         if git.available and git.initialized:
             git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
         changed: list[str] = []

@@ -64,7 +64,7 @@ async def _dream_loop(s: Schedules, cron: str | None) -> None:
             continue
         try:
             result = await s.dream.run()
-            log.info("scheduled Dream: %s", result.describe())
+            (log.info if result.ok else log.warning)("scheduled Dream: %s", result.describe())
         except Exception:
             log.exception("scheduled Dream failed; the entries stay pending")
 

@@ -39,7 +39,7 @@ import tempfile
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,6 +71,7 @@ from hippobot.memory.gitdiff import (
     dream_message,
     summarize,
 )
+from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
 from hippobot.workspace import Workspace
 
@@ -104,6 +105,7 @@ DEFAULT_TRACKED: tuple[str, ...] = (
     "memory/.dream_cursor",
     "skills/",
     "prompts/",
+    LEDGER_PATH,
 )
 CURSOR_PATH = "memory/.dream_cursor"
 GITIGNORE = ".gitignore"
@@ -190,6 +192,7 @@ class RevertResult:
     new_sha: str | None
     files: tuple[str, ...]
     manual_sha: str | None = None  # the "manual: edits before restore" commit, if any
+    forgotten: tuple[RevertedLine, ...] = ()  # lines taken out, now in the ledger
 
 
 # --- the store ----------------------------------------------------------------------
@@ -501,16 +504,29 @@ class GitStore:
         if merged != existing:
             _atomic_write(path, merged.encode("utf-8", "surrogateescape"))
 
-    def commit(self, message: str) -> str | None:
-        """Commit the store paths as they are on disk; the new sha, or None if unchanged."""
-        with self._locked(), self._open() as repo:
-            return self._commit(repo, message)
+    def commit(self, message: str, contents: Mapping[str, bytes | None] | None = None) -> str | None:
+        """Commit the store paths as they are on disk; the new sha, or None if unchanged.
 
-    def _worktree(self, repo: Repo, head: bytes | None) -> Snapshot:
+        ``contents`` replaces what is read from disk for some store paths (``None`` =
+        absent): a caller that knows a file's earlier state commits that instead.
+        """
+        with self._locked(), self._open() as repo:
+            return self._commit(repo, message, contents)
+
+    def _worktree(
+        self, repo: Repo, head: bytes | None, contents: Mapping[str, bytes | None] | None = None
+    ) -> Snapshot:
         """HEAD's tree with every store path replaced by its file (absent = deleted)."""
         snap = _load(repo, _tree_ids(repo, repo[head].tree if head else None))
-        for rel in self._store_files(list(snap)):
+        for rel in self._store_files([*list(snap), *(contents or {})]):
             path = self.workspace / rel
+            if contents is not None and rel in contents:
+                given = contents[rel]
+                if given is None:
+                    snap.pop(rel, None)
+                else:
+                    snap[rel] = given
+                continue
             if not os.path.lexists(path):
                 snap.pop(rel, None)
                 continue
@@ -540,9 +556,11 @@ class GitStore:
             _atomic_write(path, out)
         return out
 
-    def _commit(self, repo: Repo, message: str) -> str | None:
+    def _commit(
+        self, repo: Repo, message: str, contents: Mapping[str, bytes | None] | None = None
+    ) -> str | None:
         head = _head_sha(repo)
-        snap = self._worktree(repo, head)
+        snap = self._worktree(repo, head, contents)
         blobs = []
         for path, data in sorted(snap.items()):
             blob = Blob.from_string(data)
@@ -693,13 +711,18 @@ class GitStore:
 
     # -- undo ---------------------------------------------------------------------
 
-    def revert(self, sha_prefix: str, *, message: str | None = None) -> RevertResult:
+    def revert(
+        self, sha_prefix: str, *, message: str | None = None, after_cursor: int = 0
+    ) -> RevertResult:
         """Undo exactly one commit as a new commit, keeping every later change.
 
         Per file changed by the commit: three-way merge of base = the commit's version,
         ours = the working file, theirs = the parent's version. Any conflict raises
         RevertConflict before anything is written or committed. ``memory/.dream_cursor``
-        never conflicts: it is set to its value in the commit's parent. Uncommitted
+        is left alone: what was undone stays undone, so Dream must not read the same
+        history again. Each line the undo takes out of a memory file is appended to the
+        ledger (``memory/reverted.jsonl``, with ``after_cursor`` = the last history
+        cursor now) in the same commit, so Dream can leave it out later. Uncommitted
         edits are first committed as ``manual: edits before restore``.
         """
         with self._locked(), self._open() as repo:
@@ -714,7 +737,7 @@ class GitStore:
             ours = self._worktree(repo, head)
             changed = sorted(
                 p for p in base.keys() | theirs.keys()
-                if self.is_store_path(p) and base.get(p) != theirs.get(p)
+                if self.is_store_path(p) and p != CURSOR_PATH and base.get(p) != theirs.get(p)
             )
             merged, conflicts = {}, []
             for path in changed:
@@ -728,6 +751,10 @@ class GitStore:
             writes = {p: v for p, v in merged.items() if v != ours.get(p)}
             if not writes:
                 return RevertResult(target.decode("ascii"), None, ())
+            forgotten = self._forgotten(target.decode("ascii"), base, theirs, writes, after_cursor)
+            if forgotten:
+                ledger = writes.get(LEDGER_PATH, ours.get(LEDGER_PATH))
+                writes[LEDGER_PATH] = serialize(ledger, forgotten)
             manual = self._commit(repo, MANUAL_MESSAGE)
             self._apply_writes(writes)
             summary = summarize(
@@ -737,7 +764,26 @@ class GitStore:
             )
             subject = message or f"restore: undo {short}"
             new_sha = self._commit(repo, f"{subject}\n\n{summary.stats()}")
-            return RevertResult(target.decode("ascii"), new_sha, tuple(writes), manual)
+            files = tuple(p for p in writes if p != LEDGER_PATH or LEDGER_PATH in merged)
+            return RevertResult(target.decode("ascii"), new_sha, files, manual, tuple(forgotten))
+
+    @staticmethod
+    def _forgotten(
+        sha: str, base: Snapshot, theirs: Snapshot, writes: Mapping[str, bytes | None], after: int
+    ) -> list[RevertedLine]:
+        """Lines the undone commit added that the undo takes out of the memory files."""
+        when = datetime.now().strftime("%Y-%m-%d %H:%M")
+        out: list[RevertedLine] = []
+        for path, data in writes.items():
+            if path in (CURSOR_PATH, GITIGNORE, LEDGER_PATH):
+                continue
+            decode = lambda b: (b or b"").decode("utf-8", "replace")  # noqa: E731
+            before, added, now = decode(theirs.get(path)), decode(base.get(path)), decode(data)
+            old, kept = set(content_lines(before)), set(content_lines(now))
+            for line in dict.fromkeys(content_lines(added)):
+                if line not in old and line not in kept:
+                    out.append(RevertedLine(path, line.strip(), when, after, sha))
+        return out
 
     @staticmethod
     def _merge_file(
@@ -751,10 +797,7 @@ class GitStore:
         merged = None
         if None not in (base, ours, theirs):
             merged = merge3(base, ours, theirs)  # type: ignore[type-var]
-        if merged is not None:
-            return merged
-        # Later Dream runs moved the cursor: it follows the restored state.
-        return theirs if path == CURSOR_PATH else False
+        return merged if merged is not None else False
 
     def _apply_writes(self, writes: dict[str, bytes | None]) -> None:
         for rel, data in writes.items():

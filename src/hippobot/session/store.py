@@ -495,15 +495,20 @@ class JsonlSessionStore:
                     created_at=created if isinstance(created, str) else fallback,
                     updated_at=parsed.last_time or fallback,
                 )
+                if parsed.meta:
+                    apply_meta(session, parsed.meta)
         except OSError:
             return None  # removed while listing
+        # After /new the listing describes the fresh conversation, as the user sees it.
+        fresh = session.metadata.get("fresh_start", 0)
+        current = session.messages[fresh:] if isinstance(fresh, int) and fresh > 0 else session.messages
         return SessionInfo(
             key=key,
             path=path,
             created_at=session.created_at,
             updated_at=session.updated_at,
-            message_count=len(session.messages),
-            preview=preview(session.messages),
+            message_count=len(current),
+            preview=preview(current),
             size_bytes=stat.st_size,
         )
 
