@@ -133,8 +133,8 @@ def test_init_merges_an_existing_gitignore_without_duplicates(tmp_path: Path) ->
     assert lines.count("!SOUL.md") == 1
     assert lines[1:] == [
         "/*", "!memory/", "memory/*", "!memory/MEMORY.md", "!memory/.dream_cursor",
-        "!skills/", "!prompts/", "!SOUL.md", "!USER.md", "!AGENTS.md", "!.gitignore",
-        "!memory/reverted.jsonl", "!SOUL.md", "!USER.md", "!.gitignore",
+        "!skills/", "!prompts/", "!memory/reverted.jsonl", "!SOUL.md", "!USER.md", "!AGENTS.md",
+        "!.gitignore",
     ]  # fmt: skip
 
 
