@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,17 @@ def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 30.0) 
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def _reap(pid: int, timeout: float = 15.0) -> None:
+    """Wait for the child; one that does not leave is killed, so a failure never hangs."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
 def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_home, scripted_server, scripted_model):
     scripted_model.reply("This is **bold** and `code`.")
     pid, fd = pty.fork()
@@ -60,7 +72,7 @@ def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_hom
         os.write(fd, b"\x04")  # Ctrl-D leaves
         _read_until(fd, b"\x00never", seen, timeout=5)
     finally:
-        os.waitpid(pid, 0)
+        _reap(pid)
         os.close(fd)
     out = seen.decode("utf-8", "replace")
     assert "thinking…" in out
