@@ -38,6 +38,16 @@ def test_a_config_nanobot_wrote_itself_loads_with_warnings_only(version):
     assert len(warnings) == 1 and "not used by hippobot" in warnings[0]
 
 
+def test_nanobots_blank_sandbox_keeps_hippobots_safe_default_and_bwrap_means_bwrap(tmp_path):
+    # nanobot writes "sandbox": "" unless the user chose bubblewrap; both share the key.
+    config, _ = load_config(write(tmp_path, {"tools": {"exec": {"sandbox": ""}}}))
+    assert config.tools.exec.sandbox == "auto"
+    config, _ = load_config(write(tmp_path, {"tools": {"exec": {"sandbox": "bwrap"}}}))
+    assert config.tools.exec.sandbox == "bwrap"
+    with pytest.raises(ConfigError, match="tools.exec.sandbox"):
+        load_config(write(tmp_path, {"tools": {"exec": {"sandbox": "docker"}}}))
+
+
 def test_the_nanobot_fixture_config_selects_its_custom_endpoint(tmp_path):
     data = json.loads((FIXTURES / "nanobot-0.3.5" / "config.json").read_text())
     target = settings_for(tmp_path, data).model_target()

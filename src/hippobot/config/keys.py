@@ -63,7 +63,6 @@ NANOBOT_ONLY: _NanobotTree = {
             "enable": None,
             "pathAppend": None,
             "pathPrepend": None,
-            "sandbox": None,
             "sandboxRoBinds": None,
             "sandboxRwBinds": None,
             "allowPatterns": None,

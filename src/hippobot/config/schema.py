@@ -132,6 +132,15 @@ class ExecConfig(_Model):
     """Where commands run: "auto" = in a bubblewrap sandbox when it works here (else with a
     warning, unsandboxed), "bwrap" = only in the sandbox, "none" = never sandboxed."""
 
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _nanobot_blank_sandbox(cls, value: object) -> object:
+        # nanobot writes "" for "no sandbox chosen" (its default, not a decision), so a
+        # carried-over nanobot config keeps hippobot's safe default rather than failing.
+        if isinstance(value, str) and not value.strip():
+            return "auto"
+        return value
+
 
 class ToolsConfig(_Model):
     restrict_to_workspace: bool = True
