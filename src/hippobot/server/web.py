@@ -267,7 +267,7 @@ def _search(agent: Agent, query: str) -> _Section:
     if not hits:
         return _Section("search", title, f"{head}<p>No matches.</p>")
     files: dict[str, list[str]] = {}
-    rows = "".join(_hit_html(h, agent.workspace, files, clean) for h in hits)
+    rows = "<div class=hits>" + "".join(_hit_html(h, agent.workspace, files, clean) for h in hits) + "</div>"
     count = f"<p class=meta>{len(hits)} best matches for “{escape(clean(query))}”.</p>"
     return _Section("search", title, head + count + rows)
 
