@@ -268,7 +268,8 @@ def _search(agent: Agent, query: str) -> _Section:
         return _Section("search", title, f"{head}<p>No matches.</p>")
     files: dict[str, list[str]] = {}
     rows = "<div class=hits>" + "".join(_hit_html(h, agent.workspace, files, clean) for h in hits) + "</div>"
-    count = f"<p class=meta>{len(hits)} best matches for “{escape(clean(query))}”.</p>"
+    many = f"{len(hits)} best matches" if len(hits) > 1 else "1 match"
+    count = f"<p class=meta>{many} for “{escape(clean(query))}”.</p>"
     return _Section("search", title, head + count + rows)
 
 
