@@ -24,7 +24,6 @@ def wait_until(driver, condition, timeout: float = 15.0):
 
 def log_in_with_form(driver, token: str) -> None:
     from selenium.webdriver.common.by import By
-
     from selenium.webdriver.support import expected_conditions
 
     page = driver.find_element(By.TAG_NAME, "html")
