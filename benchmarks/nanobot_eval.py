@@ -263,7 +263,9 @@ class RecordingProxy:
         return ProxyRecord(self.stage, self.case, str(request.get("model") or ""), messages, prompt_tokens=estimate)
 
     def finish_record(self, record: ProxyRecord) -> None:
-        if not record.reported:
+        if not record.ok:  # nothing was processed, or nothing reported: count no tokens
+            record.prompt_tokens = record.cached_tokens = record.completion_tokens = 0
+        elif not record.reported:
             record.completion_tokens = _estimate(record.reply)
         with self._lock:
             self.records.append(record)
@@ -473,30 +475,31 @@ class NanobotHome:
             proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
                                     env=self.env, text=True, cwd=self.home)
             assert proc.stdin is not None
+            done: re.Match[str] | None = None
+            deadline = time.monotonic() + 8 + self.timeout
             try:
                 time.sleep(8)  # the chat prompt is up
                 proc.stdin.write("/dream\n")
                 proc.stdin.flush()
-                deadline = time.monotonic() + self.timeout
-                done = None
                 while done is None and time.monotonic() < deadline and proc.poll() is None:
                     time.sleep(0.5)
                     out.seek(0)
                     done = _DREAM_DONE.search(out.read())
-                if done is None:
-                    out.seek(0)
-                    tail = " | ".join(out.read().strip().splitlines()[-3:])[:300]
-                    why = "nanobot exited" if proc.poll() is not None else f"no report within --timeout {self.timeout:g}s"
-                    raise NanobotError(f"Dream: {why} ({tail})")
-                proc.stdin.write("exit\n")
-                proc.stdin.flush()
-                proc.wait(timeout=60)
+                if done is not None:
+                    proc.stdin.write("exit\n")
+                    proc.stdin.flush()
+                    proc.wait(timeout=60)
             except (OSError, subprocess.TimeoutExpired):
-                pass
+                pass  # nanobot went away, or did not exit: the transcript says what it did
             finally:
                 if proc.poll() is None:
                     proc.kill()
                 proc.wait()
+            if done is None:
+                out.seek(0)
+                tail = " | ".join(out.read().strip().splitlines()[-3:])[:300]
+                why = "nanobot exited" if time.monotonic() < deadline else f"no report within --timeout {self.timeout:g}s"
+                raise NanobotError(f"Dream: {why} ({tail})")
         return done.group(0).strip()
 
 
@@ -558,12 +561,13 @@ async def run_scenario(
 
         result.checkpoint = checkpoint
 
-        def setup() -> None:
+        def setup() -> bool:
             nb.run("onboard")
             nb.configure(proxy.base_url, opts.model or "scripted-model", opts.api_key or "sk-eval-not-needed", opts)
+            return True
 
         with _stage(result, proxy, "turns", "setup"):
-            ready = await _case(result, "turns", "nanobot onboard", asyncio.to_thread(lambda: setup() or True))
+            ready = await _case(result, "turns", "nanobot onboard", asyncio.to_thread(setup))
         for n, session in enumerate(scenario.sessions, 1):
             if not ready:
                 break
