@@ -23,7 +23,8 @@ sessions happen "today", and the temporal question is still asked.
 Targets: ``--scripted`` (default when no ``--endpoint``): hippobot's scripted model over HTTP,
 answering nanobot's prompts like a perfect archivist and Dream (:func:`nanobot_oracle`);
 ``--endpoint URL --model NAME``: any OpenAI-compatible server. A failing case (endpoint down,
-a command slower than ``--timeout``, nanobot crashing) is recorded and the run goes on. Exit
+a request slower than ``--timeout``, a command slower than ``--command-timeout``, nanobot
+crashing) is recorded and the run goes on. Exit
 status: 0 when every case ran, 1 when some failed, 2 for bad arguments.
 """
 
@@ -89,7 +90,8 @@ class NanobotOptions:
     model: str | None = None
     api_key: str | None = None
     scenarios: tuple[str, ...] = tuple(SCENARIOS)
-    timeout: float = 600.0  # per nanobot command (and per proxied request)
+    timeout: float = 600.0  # per model request (nanobot's own HTTP timeouts, and the proxy's)
+    command_timeout: float | None = None  # per nanobot command and Dream; None: 3 x timeout
     context_window: int = 16384
     max_tokens: int = 1024
     keep: Path | None = None
@@ -192,6 +194,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         text: list[str] = []
         calls: set[int] = set()
+        chunks = 0
         while line := resp.readline():
             self.wfile.write(line)
             self.wfile.flush()
@@ -205,9 +208,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     calls.update(c.get("index", 0) for c in delta.get("tool_calls") or ())
                 if chunk.get("usage"):
                     _fold_usage(record, chunk["usage"])
+                chunks += 1
             except (ValueError, TypeError, AttributeError):  # not an OpenAI chunk: relay it, count nothing
                 continue
         record.reply, record.tool_calls = "".join(text), len(calls)
+        if not chunks and resp.status < 400:
+            record.error = "malformed stream: no chat chunk"
 
 
 def _fold_json(record: ProxyRecord, data: bytes) -> None:
@@ -215,6 +221,8 @@ def _fold_json(record: ProxyRecord, data: bytes) -> None:
         body = json.loads(data)
         message = body["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
+        if record.status < 400:
+            record.error = f"malformed answer: {data[:80]!r}"
         return
     record.reply = content_text(message.get("content"))
     record.tool_calls = len(message.get("tool_calls") or ())
@@ -433,10 +441,16 @@ def tiktoken_cache(root: Path) -> Path | None:
 class NanobotHome:
     """One throwaway ``HOME`` and the nanobot command run in it."""
 
-    def __init__(self, nanobot: str, home: Path, timeout: float, tiktoken_dir: Path | None = None) -> None:
+    def __init__(
+        self, nanobot: str, home: Path, timeout: float, request_timeout: float, tiktoken_dir: Path | None = None
+    ) -> None:
         self.nanobot, self.home, self.timeout = nanobot, home, timeout
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOBOT_", "OPENAI", "ANTHROPIC"))}
         self.env.update(HOME=str(home), PYTHONUNBUFFERED="1", NO_COLOR="1")
+        # nanobot gives up on a request after 120 s (90 s without a streamed byte) and retries;
+        # a slow local server would then queue the retry behind the abandoned request.
+        self.env["NANOBOT_OPENAI_COMPAT_TIMEOUT_S"] = f"{request_timeout:g}"
+        self.env["NANOBOT_STREAM_IDLE_TIMEOUT_S"] = f"{min(request_timeout, 3600):g}"
         if tiktoken_dir is not None and "TIKTOKEN_CACHE_DIR" not in self.env:
             self.env["TIKTOKEN_CACHE_DIR"] = str(tiktoken_dir)
 
@@ -449,7 +463,7 @@ class NanobotHome:
             out = subprocess.run([self.nanobot, *args], env=self.env, capture_output=True, text=True,
                                  timeout=self.timeout, stdin=subprocess.DEVNULL, cwd=self.home)
         except subprocess.TimeoutExpired:
-            raise NanobotError(f"nanobot {' '.join(args[:2])}: no answer within --timeout {self.timeout:g}s") from None
+            raise NanobotError(f"nanobot {' '.join(args[:2])}: no answer within --command-timeout {self.timeout:g}s") from None
         except OSError as exc:
             raise NanobotError(f"cannot run {self.nanobot}: {exc}") from None
         if out.returncode != 0:
@@ -498,7 +512,7 @@ class NanobotHome:
             if done is None:
                 out.seek(0)
                 tail = " | ".join(out.read().strip().splitlines()[-3:])[:300]
-                why = "nanobot exited" if time.monotonic() < deadline else f"no report within --timeout {self.timeout:g}s"
+                why = "nanobot exited" if time.monotonic() < deadline else f"no report within --command-timeout {self.timeout:g}s"
                 raise NanobotError(f"Dream: {why} ({tail})")
         return done.group(0).strip()
 
@@ -550,7 +564,7 @@ async def run_scenario(
         result.deadline = started + opts.budget_s
     home = root / scenario.name
     home.mkdir(parents=True, exist_ok=True)
-    nb = NanobotHome(opts.nanobot, home, opts.timeout, tiktoken_cache(root))
+    nb = NanobotHome(opts.nanobot, home, opts.command_timeout or 3 * opts.timeout, opts.timeout, tiktoken_cache(root))
     with RecordingProxy(upstream, timeout=opts.timeout, log=home / "requests.jsonl") as proxy:
 
         def checkpoint() -> None:
@@ -672,7 +686,8 @@ def parse_args(argv: list[str] | None) -> tuple[NanobotOptions, Path | None]:
     p.add_argument("--model", help="model name at the endpoint (with --endpoint)")
     p.add_argument("--api-key", help="API key for --endpoint (local servers need none)")
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="run only this scenario (repeatable)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one nanobot command (and Dream) may take (default 600)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds one model request may take, given to nanobot too (default 600)")
+    p.add_argument("--command-timeout", type=float, help="seconds one nanobot command, or the Dream, may take (default 3 x --timeout)")
     p.add_argument("--context-window", type=int, default=16384, help="nanobot's contextWindowTokens (default 16384: its fixed prompt is ~7.6k tokens)")
     p.add_argument("--max-tokens", type=int, default=1024, help="nanobot's maxTokens per reply (default 1024)")
     p.add_argument("--out", type=Path, help="JSON results file (default benchmarks/results/nanobot_eval-<target>.json)")
@@ -689,7 +704,7 @@ def parse_args(argv: list[str] | None) -> tuple[NanobotOptions, Path | None]:
     opts = NanobotOptions(
         nanobot=str(Path(shutil.which(a.nanobot) or a.nanobot).absolute()), target="endpoint" if a.endpoint else "scripted",
         endpoint=a.endpoint, model=a.model, api_key=a.api_key, scenarios=tuple(a.scenario or SCENARIOS),
-        timeout=a.timeout, context_window=a.context_window, max_tokens=a.max_tokens, keep=a.keep, budget_s=a.budget_s,
+        timeout=a.timeout, command_timeout=a.command_timeout, context_window=a.context_window, max_tokens=a.max_tokens, keep=a.keep, budget_s=a.budget_s,
     )
     return opts, a.out
 

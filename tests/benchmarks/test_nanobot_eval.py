@@ -83,6 +83,7 @@ def test_the_proxy_counts_streamed_and_whole_requests_under_their_stage() -> Non
     model.reply("streamed answer")
     model.usage(prompt_tokens=900, completion_tokens=3, cached_tokens=600)
     model.reply_tool_call("read_file", {"path": "USER.md"})
+    model.malformed()
     with ScriptedServer(model) as server, RecordingProxy(server.base_url, timeout=10) as proxy:
         client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-test")
         proxy.stage, proxy.case = "turns", "turns/one"
@@ -94,12 +95,15 @@ def test_the_proxy_counts_streamed_and_whole_requests_under_their_stage() -> Non
         proxy.stage, proxy.case = "dream", "dream/dream"
         whole = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "dream"}])
         assert whole.choices[0].message.tool_calls
-    first, second = proxy.records
+        with pytest.raises((openai.OpenAIError, ValueError)):  # the SDK: "not JSON"
+            client.with_options(max_retries=0).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    first, second, broken = proxy.records
     assert (first.stage, first.case, first.reply, first.ok) == ("turns", "turns/one", "streamed answer", True)
     assert first.messages == [{"role": "user", "content": "hi"}]
     assert (first.prompt_tokens, first.cached_tokens, first.completion_tokens, first.reported) == (900, 600, 3, True)
     assert (second.stage, second.tool_calls) == ("dream", 1)
-    assert proxy.of_case("dream/dream") == [second]
+    assert not broken.ok and broken.error.startswith("malformed answer")  # a 200 that is not JSON
+    assert proxy.of_case("dream/dream") == [second, broken]
 
 
 def test_an_endpoint_that_is_down_is_a_failed_request_without_tokens() -> None:
