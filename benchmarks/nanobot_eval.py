@@ -167,7 +167,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             else:
                 data = resp.read()
                 self._reply(resp.status, resp.getheader("content-type") or "application/json", data)
-                if self.path.endswith("/chat/completions"):
+                if resp.status >= 400:
+                    record.error = f"HTTP {resp.status}: {data[:200].decode(errors='replace')}"
+                elif self.path.endswith("/chat/completions"):
                     _fold_json(record, data)
         except (OSError, http.client.HTTPException) as exc:
             record.status, record.error = 502, f"{type(exc).__name__}: {exc}"[:300]
@@ -177,7 +179,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 pass
         finally:
             conn.close()
-            proxy.finish_record(record)
+            if self.command == "POST":  # model requests; a GET (e.g. /models) is relayed only
+                proxy.finish_record(record)
 
     def _reply(self, status: int, content_type: str, data: bytes) -> None:
         self.send_response(status)
@@ -221,8 +224,7 @@ def _fold_json(record: ProxyRecord, data: bytes) -> None:
         body = json.loads(data)
         message = body["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
-        if record.status < 400:
-            record.error = f"malformed answer: {data[:80]!r}"
+        record.error = f"malformed answer: {data[:80]!r}"
         return
     record.reply = content_text(message.get("content"))
     record.tool_calls = len(message.get("tool_calls") or ())
