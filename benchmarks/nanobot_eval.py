@@ -12,7 +12,7 @@ fact's question is asked in a fresh session (``-s eval:questions-<fact>``).
 
 Requests are counted by a small recording HTTP proxy between nanobot and the endpoint: per
 stage, requests, failed requests, prompt / cached / completion tokens as the endpoint reported
-them (a chars/4 estimate where it reported none, counted as "estimated") and wall time. Per
+them (a chars/4 estimate where it reported none, counted as "unreported") and wall time. Per
 fact: archived (``history.jsonl``), in files (``SOUL.md``, ``USER.md``, ``memory/MEMORY.md``),
 stale (a corrected value still stated there), prompt (in the system prompt of the question's
 request, as the proxy saw it), answered (the reply contains it).
@@ -24,8 +24,10 @@ Targets: ``--scripted`` (default when no ``--endpoint``): hippobot's scripted mo
 answering nanobot's prompts like a perfect archivist and Dream (:func:`nanobot_oracle`);
 ``--endpoint URL --model NAME``: any OpenAI-compatible server. A failing case (endpoint down,
 a request slower than ``--timeout``, a command slower than ``--command-timeout``, nanobot
-crashing) is recorded and the run goes on. Exit
-status: 0 when every case ran, 1 when some failed, 2 for bad arguments.
+crashing) is recorded and the run goes on. Exit status: 0 when every case ran, 1 when some
+failed, 2 for bad arguments. Results: a table on stdout and JSON in ``--out`` (default
+``benchmarks/results/nanobot_eval-<target>.json``). How to install nanobot and what differs
+from the hippobot run: ``docs/evaluation.md``, "Side by side with nanobot".
 """
 
 from __future__ import annotations

@@ -106,6 +106,18 @@ def test_the_proxy_counts_streamed_and_whole_requests_under_their_stage() -> Non
     assert proxy.of_case("dream/dream") == [second, broken]
 
 
+def test_a_stream_without_usage_is_counted_as_an_estimate() -> None:
+    model = ScriptedModel()
+    model.reply("twelve chars")  # streamed without usage, like llama.cpp's server
+    with ScriptedServer(model) as server, RecordingProxy(server.base_url, timeout=10) as proxy:
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-test")
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 400}], stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "twelve chars"
+    (rec,) = proxy.records
+    assert rec.ok and not rec.reported
+    assert 100 <= rec.prompt_tokens <= 110 and rec.completion_tokens == 3  # about four characters a token
+
+
 def test_an_endpoint_that_is_down_is_a_failed_request_without_tokens() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
