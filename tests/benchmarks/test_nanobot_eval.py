@@ -1,5 +1,5 @@
 """The nanobot side-by-side harness, without nanobot: reading a real nanobot home, the recording
-proxy over HTTP, the scripted answers to nanobot's prompts, and a nanobot that crashes."""
+proxy (``benchmarks/recording_proxy.py``) over HTTP, the scripted answers to nanobot's prompts, and a nanobot that crashes."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from benchmarks.memory_eval_scenarios import SCENARIOS
 from benchmarks.nanobot_eval import (
     ARCHIVE_PROMPT,
     DREAM_PROMPT,
-    RecordingProxy,
     main,
     nanobot_oracle,
     read_home,
     session_reply,
     tiktoken_cache,
 )
+from benchmarks.recording_proxy import RecordingProxy
 
 from hippobot.testing import ScriptedModel, ScriptedServer
 from hippobot.testing.scripted import FallbackReply, RecordedRequest
