@@ -71,6 +71,31 @@ def test_prose_before_the_call_is_kept_as_the_content() -> None:
     assert found is not None and found.text == "I will look it up."
 
 
+def test_a_reply_opening_with_a_call_is_a_call_and_the_imagined_result_is_dropped() -> None:
+    # Seen with Qwen2.5-Coder-1.5B behind llama.cpp: the call, then a made-up tool result.
+    text = (
+        '```json\n{\n  "name": "memory_get",\n  "arguments": {\n    "citation": "session/cli:direct#108",'
+        '\n    "around": 5\n  }\n}\n```\nThe citation `session/cli:direct#108` points to the conversation '
+        "message in which you are working. The summary of this session includes:\n"
+        + "- Your current location (on the server)\n- What you asked about earlier\n" * 3
+    )
+    found = recover_tool_calls(text, OFFERED)
+    assert found is not None
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [
+        ("memory_get", {"citation": "session/cli:direct#108", "around": 5})
+    ]
+    assert found.text == ""
+
+
+def test_an_explanation_before_an_example_call_stays_text_however_it_ends() -> None:
+    text = (
+        "To read a file you would write:\n"
+        '```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```\n'
+        + "This is how you would call the tool. " * 10
+    )
+    assert recover_tool_calls(text, OFFERED) is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -81,8 +106,6 @@ def test_prose_before_the_call_is_kept_as_the_content() -> None:
         '{"name": "read_file", "arguments": {"path": "a"}, "comment": "x"}',  # unknown keys
         "Your cat is called Luna.",
         "",
-        '```json\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```\n'
-        "This is how you would call the tool. " * 10,  # an explanation around an example
         "Here is an example of the format:\n" + "The agent explains the tool at length. " * 15
         + '\n```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```',
         '```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```\n```json\n{"x": 1}\n```',

@@ -14,9 +14,10 @@ shown to the user.
 
 The parser is conservative: text is recovered only when, from the first line that starts a
 block, it consists of nothing but tool-call blocks (and at most a short closing remark), every
-block names a tool the request offered, and its arguments are a JSON object. JSON naming an
-unknown tool, a code block that is not a call, or a long explanation around an example all stay
-text. Accepted forms of one call (in a fenced block, bare, inside ``<tool_call>`` tags, or as a
+block names a tool the request offered, and its arguments are a JSON object. A reply that
+*opens* with such a block is a call whatever prose follows it (that prose, written before the
+tool ran, is dropped). JSON naming an unknown tool, a code block that is not a call, or a long
+explanation around an example all stay text. Accepted forms of one call (in a fenced block, bare, inside ``<tool_call>`` tags, or as a
 list of calls):
 
 * ``{"name": N, "arguments": {...}}`` (also ``"parameters"``, ``"args"``, ``"input"``,
@@ -112,10 +113,17 @@ def recover_tool_calls(text: str, offered: Collection[str]) -> Recovered | None:
     before = text[:start]
     if len(before.strip()) > _MAX_PROSE_BEFORE:
         return None
-    parsed = parse_blocks(text[start:], offered)
+    # A reply that opens with a call is a call: whatever prose follows was written before any
+    # tool ran (Qwen2.5 behind llama.cpp goes on to describe an imagined result), so it is
+    # dropped. Prose *before* a block may be an explanation around an example: there the
+    # rest must be short.
+    opens_with_call = not before.strip()
+    parsed = parse_blocks(text[start:], offered, any_prose_after=opens_with_call)
     if parsed is None:
         return None
     calls, after = parsed
+    if opens_with_call and len(after.strip()) > _MAX_PROSE_AFTER:
+        after = ""
     return Recovered(calls, before, after)
 
 
@@ -130,8 +138,12 @@ def trigger_start(text: str) -> int | None:
     return None
 
 
-def parse_blocks(text: str, offered: Collection[str]) -> tuple[tuple[TextToolCall, ...], str] | None:
-    """Calls in ``text`` (which starts with a block) and the short remark after them, or None."""
+def parse_blocks(
+    text: str, offered: Collection[str], *, any_prose_after: bool = False
+) -> tuple[tuple[TextToolCall, ...], str] | None:
+    """Calls in ``text`` (which starts with a block) and the remark after them, or None.
+
+    The remark must be short and hold no further block unless ``any_prose_after``."""
     calls: list[TextToolCall] = []
     pos, n = 0, len(text)
     while True:
@@ -141,7 +153,11 @@ def parse_blocks(text: str, offered: Collection[str]) -> tuple[tuple[TextToolCal
             break
         step = _block_at(text, pos, offered)
         if step is None:
-            if not calls or len(text[pos:].strip()) > _MAX_PROSE_AFTER or trigger_start(text[pos:]) is not None:
+            if not calls:
+                return None
+            if not any_prose_after and (
+                len(text[pos:].strip()) > _MAX_PROSE_AFTER or trigger_start(text[pos:]) is not None
+            ):
                 return None
             return tuple(calls), text[pos:]
         found, pos = step
