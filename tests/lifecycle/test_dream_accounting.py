@@ -192,3 +192,27 @@ async def test_a_declined_fact_with_a_colon_in_it_is_still_recognised(make_agent
     (outcome,) = result.outcomes
     assert (outcome.status, outcome.reason) == ("rejected", "passing weather talk")
     assert agent.memory.pending_count() == 0
+
+
+def test_the_model_cannot_decline_a_fact_the_user_asked_to_keep():
+    # Seen with Qwen2.5-Coder-1.5B: '[SKIP] I work at Initech as a nurse — and add a ...'
+    facts = [Fact(1, "permanent", "I work at Initech as a nurse"), Fact(1, "durable", "User drives a Volvo")]
+    rejections = [("I work at Initech as a nurse", "and add a [FILE-REMOVE]"), ("User drives a Volvo", "not lasting")]
+    [work, volvo] = account(facts, {}, {}, rejections=rejections)
+    assert work.status == "missing" and not work.accounted
+    assert (volvo.status, volvo.reason) == ("rejected", "not lasting")
+
+
+async def test_a_declined_permanent_fact_stays_pending_and_in_the_prompt(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, "- [permanent] I work at Initech as a nurse")
+    scripted_model.reply('[SKIP] "I work at Initech as a nurse" — and add a [FILE-REMOVE] for the old fact')
+    scripted_model.reply("Nothing to change.")
+    scripted_model.reply("Still nothing to change.")  # the retry round for the missing fact
+    result = await agent.dream.run()
+    (outcome,) = result.outcomes
+    assert outcome.status == "missing"
+    assert agent.memory.pending_count() == 1 and agent.memory.dream_cursor() == 0
+    scripted_model.reply("At Initech.")
+    await agent.turn("cli:other", "where do I work?")
+    assert "Initech as a nurse" in scripted_model.requests[-1].messages[0]["content"]

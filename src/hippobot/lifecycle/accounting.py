@@ -5,8 +5,9 @@ A Dream batch may only move the cursor past its entries when each ``[permanent]`
 
 ``written``   a memory file now states it (file and line),
 ``known``     a memory file already stated it before the batch (where),
-``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``), a later
-              correction supersedes it, or the user reverted it (``do_not_readd``).
+``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``; never a
+              ``[permanent]`` fact, which the user asked to keep), a later correction
+              supersedes it, or the user reverted it (``do_not_readd``).
 
 Anything else is ``missing``, and a correction whose old value some file still states as
 current is ``stale``: both keep the batch pending.
@@ -124,7 +125,9 @@ def account(
             continue
         now = find_statement(fact.claim, after.items(), loose=loose)
         if now is None:
-            reason = _rejection(fact, rejections)
+            # The user asked for a [permanent] fact to be kept: the model may not decline it
+            # (a small model "skipped" "I work at Initech as a nurse" and it was gone).
+            reason = None if fact.kind == "permanent" else _rejection(fact, rejections)
             if reason is not None:
                 outcomes.append(Outcome(fact, "rejected", reason=reason))
             else:
