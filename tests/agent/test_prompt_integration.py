@@ -105,8 +105,8 @@ async def test_recent_history_shares_durable_facts_unless_chats_are_kept_apart(m
     assert "Bob likes coffee" in system and "Alice likes tea" in system
     assert "busy today" not in system
 
-    agent.settings.defaults.see_other_sessions = False
-    agent = type(agent)(agent.settings)  # settings are read once: the next process
+    # settings are frozen: the next process, configured otherwise
+    agent = type(agent)(agent.settings.with_defaults(see_other_sessions=False))
     scripted_model.reply("ok")
     await agent.turn("cli:direct", "hi again")
     system = scripted_model.requests[-1].messages[0]["content"]

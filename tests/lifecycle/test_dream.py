@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+from hippobot.config.schema import DreamConfig
 from hippobot.lifecycle.dream import parse_findings
 from hippobot.lifecycle.versions import describe_log, describe_restore, list_versions
 from hippobot.memory.history import HistorySource
@@ -224,10 +225,8 @@ async def test_remembering_on_request_is_versioned_at_once(make_agent, scripted_
 
 
 async def test_a_looping_dream_is_stopped_by_its_token_budget(make_agent, scripted_model, caplog):
-    agent = make_agent()
-    agent.settings.defaults.dream.max_tokens_per_run = 1000
+    agent = make_agent(dream=DreamConfig(max_tokens_per_run=1000, batch_size=1))
     plant_history(agent, "- [permanent] a", "- [permanent] b")
-    agent.settings.defaults.dream.batch_size = 1
     scripted_model.usage(prompt_tokens=900, completion_tokens=200)
     scripted_model.reply("[USER] a")
     result = await agent.dream.run()

@@ -84,9 +84,9 @@ class TurnLimits:
 
     max_iterations: int
     max_tokens: int
-    temperature: float
+    temperature: float | None
     max_tool_result_chars: int
-    idle_compact_after_minutes: int
+    idle_compact_after_minutes: float
 
 
 class Agent:
