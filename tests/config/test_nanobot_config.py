@@ -44,7 +44,7 @@ def test_nanobots_blank_sandbox_keeps_hippobots_safe_default_and_bwrap_means_bwr
     assert config.tools.exec.sandbox == "auto"
     config, _ = load_config(write(tmp_path, {"tools": {"exec": {"sandbox": "bwrap"}}}))
     assert config.tools.exec.sandbox == "bwrap"
-    with pytest.raises(ConfigError, match="tools.exec.sandbox"):
+    with pytest.raises(ConfigError, match=r"tools\.exec\.sandbox"):
         load_config(write(tmp_path, {"tools": {"exec": {"sandbox": "docker"}}}))
 
 
