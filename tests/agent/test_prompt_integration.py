@@ -10,6 +10,7 @@ import zlib
 import pytest
 
 from hippobot.agent.agent import Agent
+from hippobot.agent.api import Api
 from hippobot.errors import UserError
 from hippobot.session.keys import key_to_relpath
 
@@ -86,7 +87,7 @@ async def test_a_non_image_is_refused_before_anything_is_saved(make_agent, tmp_p
 async def test_context_command_lists_sections_with_tokens(make_agent, scripted_model):
     agent = make_agent()
     (agent.workspace / "USER.md").write_text("# User\nName: Ada\n")
-    text = (await agent.turn("cli:direct", "/context")).reply
+    text = (await Api.for_agent(agent).handle("cli:direct", "/context")).reply
     for name in ("identity", "USER.md", "tool contract", "tool schemas", "history replay", "total"):
         assert name in text
     assert scripted_model.requests == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+from hippobot.agent.api import Api
 from hippobot.config.schema import DreamConfig
 from hippobot.lifecycle.dream import parse_findings
 from hippobot.lifecycle.versions import describe_log, describe_restore, list_versions
@@ -173,13 +174,13 @@ async def test_unformatted_analysis_of_passing_remarks_loses_nothing(make_agent,
 
 async def test_dream_commands_in_chat(make_agent, scripted_model):
     agent = make_agent()
-    assert "Nothing to dream about" in (await agent.turn("cli:direct", "/dream")).reply
-    assert "built-in guide" in (await agent.turn("cli:direct", "/dream-prompt")).reply
-    assert "Wrote the default Dream guide" in (await agent.turn("cli:direct", "/dream-prompt init")).reply
+    assert "Nothing to dream about" in (await Api.for_agent(agent).handle("cli:direct", "/dream")).reply
+    assert "built-in guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt")).reply
+    assert "Wrote the default Dream guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt init")).reply
     assert (agent.workspace / "prompts" / "dream.md").exists()
-    assert "custom guide" in (await agent.turn("cli:direct", "/dream-prompt")).reply
-    assert "init: memory store" in (await agent.turn("cli:direct", "/dream-restore")).reply
-    unknown = (await agent.turn("cli:direct", "/dream-restore deadbeef")).reply
+    assert "custom guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt")).reply
+    assert "init: memory store" in (await Api.for_agent(agent).handle("cli:direct", "/dream-restore")).reply
+    unknown = (await Api.for_agent(agent).handle("cli:direct", "/dream-restore deadbeef")).reply
     assert "recent versions" in unknown or "Memory versions" in unknown
 
 
