@@ -151,6 +151,22 @@ async def test_a_path_that_looks_like_a_command_goes_to_the_model(make_agent, sc
     assert (await Api.for_agent(agent).handle("cli:direct", "/etc/hosts what is it?")).reply == "That is the hosts file."
 
 
+async def test_a_double_slash_sends_the_text_to_the_model(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("That is how you ask for help.")
+    reply = (await Api.for_agent(agent).handle("cli:direct", "//help means what?")).reply
+    assert reply == "That is how you ask for help."
+    assert "//help means what?" in json.dumps(scripted_model.requests[0].messages)
+
+
+async def test_the_agent_itself_only_runs_model_turns(make_agent, scripted_model):
+    agent = make_agent()  # commands are the front end's business (Api.handle)
+    scripted_model.reply("You typed /help.")
+    result = await agent.turn("cli:direct", "/help")
+    assert result.reply == "You typed /help." and not result.command
+    assert len(scripted_model.requests) == 1
+
+
 async def test_secrets_are_not_written_to_the_session(make_agent, scripted_model):
     agent = make_agent()
     scripted_model.reply("I will not store it.")

@@ -186,7 +186,7 @@ def dream(
     Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
     running, with the reason on stderr.
     """
-    from hippobot.lifecycle.versions import SHELL_HINTS
+    from hippobot.agent.api import SHELL_HINTS
 
     bot = _api(_settings(workspace))
 
