@@ -297,6 +297,7 @@ async def run_scenario(
     progress: Callable[[ScenarioResult], None] | None = None,
 ) -> ScenarioResult:
     from hippobot.agent.agent import Agent
+    from hippobot.agent.api import Api
     from hippobot.cli.onboard import onboard
     from hippobot.config import load_settings
     from hippobot.context import tokens
@@ -346,7 +347,7 @@ async def run_scenario(
                 with _timed(stages["turns"]):
                     await _case(result, "turns", f"session {n} message {i}", agent.turn(key, text))
             with _timed(stages["consolidation"]):
-                await _case(result, "consolidation", f"session {n} /new", agent.turn(key, "/new"))
+                await _case(result, "consolidation", f"session {n} /new", Api.for_agent(agent).handle(key, "/new"))
                 await agent.jobs.drain(None)
         history = "\n".join(e.content for e in agent.memory.read_history(after=0))
         clock.days_ago = 0
