@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from typing import Any
 from benchmarks.memory_eval_scenarios import SCENARIOS, Fact, Scenario
 from hippobot.messages import RUNTIME_CONTEXT_HEADER, content_text
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
+from hippobot.usage_ledger import UsageTotals
 
 __all__ = ["EvalOptions", "main", "oracle", "run_eval"]
 
@@ -72,21 +73,19 @@ class EvalOptions:
 
 
 @dataclass(slots=True)
-class StageStats:
-    requests: int = 0
-    failed_requests: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    unreported: int = 0
+class StageStats(UsageTotals):
+    """One stage's requests and tokens (from the usage ledger) and its wall time."""
+
     wall_s: float = 0.0
 
-    @property
-    def uncached_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
+    def reset_counts(self) -> None:
+        for counter in fields(UsageTotals):
+            setattr(self, counter.name, counter.default)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "uncached_tokens": self.uncached_tokens, "wall_s": round(self.wall_s, 2)}
+        data = UsageTotals.to_dict(self)
+        data["failed_requests"] = data.pop("failed")
+        return {**data, "wall_s": round(self.wall_s, 2)}
 
 
 @dataclass(slots=True)
@@ -260,16 +259,9 @@ async def _case(result: ScenarioResult, stage: str, case: str, work: Any) -> Any
 def _tally(result: ScenarioResult, ledger: Any) -> None:
     """Request and token counts per stage from the workspace's usage ledger."""
     for stats in result.stages.values():
-        stats.requests = stats.failed_requests = stats.unreported = 0
-        stats.prompt_tokens = stats.cached_tokens = stats.completion_tokens = 0
+        stats.reset_counts()  # recounted from the whole ledger each time
     for rec in ledger.read():
-        stats = result.stages[_JOB_STAGE.get(rec.job, "turns")]
-        stats.requests += 1
-        stats.failed_requests += 0 if rec.ok else 1
-        stats.unreported += 0 if (rec.reported or not rec.ok) else 1
-        stats.prompt_tokens += rec.prompt_tokens
-        stats.cached_tokens += rec.cached_tokens
-        stats.completion_tokens += rec.completion_tokens
+        result.stages[_JOB_STAGE.get(rec.job, "turns")].add(rec)
 
 
 def _files_text(workspace: Path) -> str:
@@ -430,7 +422,7 @@ def format_table(results: list[ScenarioResult], label: str) -> str:
         lines.append(f"  {'stage':<14} {'requests':>8} {'failed':>6} {'prompt':>8} {'cached':>8} {'uncached':>8} {'compl.':>7} {'wall s':>7}")
         for name, s in r.stages.items():
             lines.append(
-                f"  {name:<14} {s.requests:>8} {s.failed_requests:>6} {s.prompt_tokens:>8} {s.cached_tokens:>8} "
+                f"  {name:<14} {s.requests:>8} {s.failed:>6} {s.prompt_tokens:>8} {s.cached_tokens:>8} "
                 f"{s.uncached_tokens:>8} {s.completion_tokens:>7} {s.wall_s:>7.1f}"
             )
         lines.append(f"  dream: {r.dream.splitlines()[0] if r.dream else '-'}")

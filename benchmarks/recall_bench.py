@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from benchmarks.report import write_json
 from hippobot.recall import RecallIndex
 
 SEED = 20260403
@@ -410,9 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     print(table(result))
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"results written to {out}")
+        write_json(result, out)
     return 0
 
 

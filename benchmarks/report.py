@@ -8,9 +8,11 @@ machine shifts both sides together.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -20,9 +22,17 @@ __all__ = [
     "render",
     "spread",
     "turn_run_summary",
+    "write_json",
 ]
 
 _LIFECYCLE_KINDS = ("consolidation", "dream-analysis", "dream-edit")
+
+
+def write_json(result: dict[str, Any], out: Path) -> None:
+    """Save a benchmark's raw result (the numbers behind its printed table) and say where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"results written to {out}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

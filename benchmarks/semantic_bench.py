@@ -34,6 +34,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from benchmarks.report import write_json
 from hippobot.recall import RecallIndex
 from hippobot.recall.embedders import LocalEmbedder
 from hippobot.recall.query import parse_query
@@ -242,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     out = args.out or (None if args.small else RESULTS)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"results written to {out}")
+        write_json(result, out)
     return 0
 
 

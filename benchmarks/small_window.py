@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import write_json
 from hippobot.agent.agent import Agent
 from hippobot.cli.onboard import onboard
 from hippobot.config import load_settings
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(run(args.turns, args.window, args.max_tokens, args.extra_facts))
     sys.stdout.write(describe(result) + "\n")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(result, args.out)
     return 0
 
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["JOBS", "LEDGER_FORMAT", "UsageLedger", "UsageRecord", "UsageRow", "format_table", "summarise"]
+__all__ = ["JOBS", "LEDGER_FORMAT", "UsageLedger", "UsageRecord", "UsageRow", "UsageTotals", "format_table", "summarise"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,9 @@ class UsageRecord:
 
 
 @dataclass(slots=True)
-class UsageRow:
-    """Totals of one (day, job)."""
+class UsageTotals:
+    """Request and token counts summed over some records (a day's job, a benchmark stage)."""
 
-    day: str
-    job: str
     requests: int = 0
     failed: int = 0
     prompt_tokens: int = 0
@@ -83,8 +81,20 @@ class UsageRow:
         self.cached_tokens += rec.cached_tokens
         self.completion_tokens += rec.completion_tokens
 
+    def merge(self, other: UsageTotals) -> None:
+        for name in ("requests", "failed", "prompt_tokens", "cached_tokens", "completion_tokens", "unreported"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "uncached_tokens": self.uncached_tokens}
+
+
+@dataclass(slots=True, kw_only=True)
+class UsageRow(UsageTotals):
+    """Totals of one (day, job)."""
+
+    day: str
+    job: str
 
 
 class UsageLedger:
@@ -150,7 +160,7 @@ def summarise(records: Iterable[UsageRecord], *, days: int | None = None) -> lis
     for rec in records:
         row = rows.get((rec.day, rec.job))
         if row is None:
-            row = rows[(rec.day, rec.job)] = UsageRow(rec.day, rec.job)
+            row = rows[(rec.day, rec.job)] = UsageRow(day=rec.day, job=rec.job)
         row.add(rec)
     order = {job: n for n, job in enumerate(JOBS)}
     ordered = sorted(rows.values(), key=lambda r: (_neg(r.day), order.get(r.job, 99), r.job))
@@ -173,10 +183,9 @@ def format_table(rows: list[UsageRow], *, path: Path | None = None) -> str:
     if not rows:
         where = f" in {path}" if path else ""
         return f"No model requests recorded yet{where}."
-    total = UsageRow("total", "")
+    total = UsageRow(day="total", job="")
     for row in rows:
-        for name in ("requests", "failed", "prompt_tokens", "cached_tokens", "completion_tokens", "unreported"):
-            setattr(total, name, getattr(total, name) + getattr(row, name))
+        total.merge(row)
     lines = [f"{'day':<10}  {'job':<13}" + "".join(f"  {h:>10}" for h in _HEADERS)]
     for row in [*rows, total]:
         values = row.to_dict()

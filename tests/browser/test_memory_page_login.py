@@ -14,18 +14,25 @@ KEY = "configured-key-" + "4" * 30
 
 
 def wait_until(driver, condition, timeout: float = 15.0):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout).until(condition)
+    # A page being replaced can hand out elements that are gone a moment later: look again.
+    wait = WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,))
+    return wait.until(condition)
 
 
 def log_in_with_form(driver, token: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
 
+    page = driver.find_element(By.TAG_NAME, "html")
     field = driver.find_element(By.ID, "token")
     field.clear()
     field.send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # The form posts and the browser loads the answer: read nothing of the old page after this.
+    wait_until(driver, expected_conditions.staleness_of(page))
 
 
 def h1_and_body(driver) -> tuple[str, str]:

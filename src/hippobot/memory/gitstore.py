@@ -281,17 +281,7 @@ def _ignore_lines(tracked: Sequence[str]) -> list[str]:
     contents) and the file itself (a tracked folder: all of it); ``!.gitignore`` last."""
     lines = ["/*"]
     for path in [p for p in tracked if "/" in p] + [p for p in tracked if "/" not in p]:
-        if path.endswith("/"):
-            parts = path.rstrip("/").split("/")
-            for depth in range(1, len(parts)):
-                folder = "/".join(parts[:depth])
-                for line in (f"!{folder}/", f"{folder}/*"):
-                    if line not in lines:
-                        lines.append(line)
-            if f"!{path}" not in lines:
-                lines.append(f"!{path}")
-            continue
-        parts = path.split("/")
+        parts = path.rstrip("/").split("/")  # a tracked folder ends with "/"
         for depth in range(1, len(parts)):
             folder = "/".join(parts[:depth])
             for line in (f"!{folder}/", f"{folder}/*"):

@@ -5,15 +5,24 @@ USER.md and memory/MEMORY.md, the other files that shape the prompt (AGENTS.md, 
 prompts/), the history timeline (newest first, entries Dream has not
 processed yet marked *pending*), and the memory versions with their diffs. Every piece of
 workspace text is escaped with :func:`html.escape`; nothing on the page can change a file.
+
+A plain GET form (``/?q=...``) searches the same recall index as ``memory_search`` and
+``hippobot memory search`` (words, and meaning when ``recall.embeddings`` is configured) in
+the asking user's workspace; the results come first, with where each hit is from and
+whether its words or its meaning matched. The only thing a search writes is the derived
+index (``.hippobot/recall.sqlite3``): it syncs with the files and embeds a few pending
+documents, as the command does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -22,6 +31,7 @@ from starlette.responses import HTMLResponse
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
     from hippobot.memory.history import HistoryEntry
+    from hippobot.recall.query import Hit
 
 __all__ = ["index", "render_login", "render_page"]
 
@@ -29,6 +39,9 @@ log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 200
 VERSION_LIMIT = 30
+QUERY_MAX_CHARS = 500
+SEARCH_RESULTS = 10
+_SEARCH_FILL = 64  # pending documents a search may embed first, as `memory search` does
 
 _CSS = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
@@ -37,7 +50,8 @@ pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 .meta{color:#666;font-size:.85rem}.pending{color:#a60;font-weight:600}
 .entry{margin:.8rem 0}.add{color:#075e07}.del{color:#a00}.hunk{color:#059}
 details{margin:.5rem 0}summary{cursor:pointer}nav a{margin-right:1rem}
-.error{color:#a00;font-weight:600}
+.error{color:#a00;font-weight:600}.how{color:#075e07;font-weight:600}
+form[role=search]{margin:1rem 0}form[role=search] input{width:60%;max-width:30rem}
 """
 
 
@@ -137,6 +151,128 @@ def _versions(agent: Agent) -> _Section:
     return _Section("versions", "Memory versions (newest first)", "".join(blocks))
 
 
+# --- search -----------------------------------------------------------------------------
+
+_HEADING = re.compile(r"#{1,6}\s+(.+?)\s*#*\s*$")
+
+
+def _search_form(query: str) -> str:
+    return (
+        "<form method=get action=/ role=search>"
+        "<label for=q>Search memory</label> "
+        f"<input id=q name=q type=search value=\"{escape(query)}\" maxlength={QUERY_MAX_CHARS} "
+        "placeholder='words or a question'> "
+        "<button type=submit>Search</button>"
+        "<div class=meta>History, every conversation and the memory files"
+        "; by words, and by meaning when semantic recall is configured.</div></form>"
+    )
+
+
+def _section_of(workspace: Path, rel: str, line: int, cache: dict[str, list[str]]) -> str | None:
+    """The Markdown heading above ``line`` (1-based) of a memory file, if any."""
+    if rel not in cache:
+        try:
+            cache[rel] = (workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            cache[rel] = []
+    for text in reversed(cache[rel][:line]):
+        if match := _HEADING.match(text):
+            return match.group(1)
+    return None
+
+
+def _where(hit: Hit, workspace: Path, files: dict[str, list[str]]) -> str:
+    """Where a hit comes from, in words (plain text, not yet escaped)."""
+    if hit.kind == "history":
+        number = hit.citation.partition("#")[2]
+        chat = f" (conversation {hit.session_key})" if hit.session_key else ""
+        return f"history entry #{number}{chat}"
+    if hit.kind == "session":
+        number = hit.citation.rpartition("#")[2]
+        role = f", {hit.role}" if hit.role else ""
+        return f"conversation {hit.session_key}, message #{number}{role}"
+    rel, _, line = hit.citation.rpartition(":")
+    where = f"{rel or hit.source}, line {line}"
+    section = _section_of(workspace, hit.source, int(line), files) if line.isdigit() else None
+    return f"{where}, section “{section}”" if section else where
+
+
+def _matched_by(hit: Hit) -> str:
+    parts = hit.explain or {}
+    words = parts.get("bm25") is not None or not parts
+    meaning = parts.get("similarity") is not None
+    if words and meaning:
+        return "words and meaning"
+    return "meaning" if meaning else "words"
+
+
+def _hit_html(hit: Hit, workspace: Path, files: dict[str, list[str]], clean: Callable[[str], str]) -> str:
+    meta = [escape(clean(_where(hit, workspace, files)))]
+    if hit.timestamp:
+        meta.append(escape(hit.timestamp))
+    meta.append(f"matched by <span class=how>{_matched_by(hit)}</span>")
+    meta.append(f"<code>{escape(clean(hit.citation))}</code>")
+    return f"<div class=entry><div class=meta>{' · '.join(meta)}</div>{_pre(clean(hit.snippet))}</div>"
+
+
+def _semantic_note(agent: Agent, warning: str | None, left: int) -> str | None:
+    """Why meaning played no or only a partial part in these results, if it did not fully."""
+    from hippobot.recall.embedders import embedder_from_settings, semantic_configured
+    from hippobot.recall.embeddings import EmbeddingsUnavailableError
+
+    if warning:
+        return warning
+    if semantic_configured(agent.settings) and not agent.recall.semantic:
+        try:  # the reason was reported once when the index was opened; say it again here
+            embedder_from_settings(agent.settings)
+        except EmbeddingsUnavailableError as exc:
+            return f"semantic recall unavailable, searching by keywords only: {exc}"
+        return "semantic recall unavailable, searching by keywords only"
+    if left:
+        return (
+            f"{left} documents have no vector yet and are found by their words only; "
+            "`hippobot memory reindex` embeds them all"
+        )
+    return None
+
+
+def _search(agent: Agent, query: str) -> _Section:
+    """The "Search results" section: the recall index's best hits for ``query``."""
+    from hippobot.redact import redact_exact
+
+    title = "Search results"
+    if len(query) > QUERY_MAX_CHARS:
+        return _Section("search", title, (
+            f"<p class=error role=alert>The search is {len(query)} characters long; "
+            f"use at most {QUERY_MAX_CHARS}.</p>"
+        ))  # fmt: skip
+    secrets = agent.settings.secrets()
+
+    def clean(text: str) -> str:
+        return redact_exact(text, secrets)
+
+    try:
+        index = agent.recall
+        left = index.embed_pending(max_docs=_SEARCH_FILL).pending if index.semantic else 0
+        hits = index.search(query, k=SEARCH_RESULTS, explain=True)
+        note = _semantic_note(agent, index.take_semantic_warning(), left)
+    except Exception as exc:  # a broken index must not take the rest of the page with it
+        log.warning("memory page: search failed: %s", exc)
+        why = clean(str(exc)) or type(exc).__name__
+        return _Section("search", title, (
+            f"<p class=error role=alert>Search is unavailable: {escape(why)} "
+            "(<code>hippobot memory reindex</code> rebuilds the index).</p>"
+        ))  # fmt: skip
+    head = f"<p class=meta>{escape(clean(note))}</p>" if note else ""
+    if not hits:
+        return _Section("search", title, f"{head}<p>No matches.</p>")
+    files: dict[str, list[str]] = {}
+    rows = "<div class=hits>" + "".join(_hit_html(h, agent.workspace, files, clean) for h in hits) + "</div>"
+    many = f"{len(hits)} best matches" if len(hits) > 1 else "1 match"
+    count = f"<p class=meta>{many} for “{escape(clean(query))}”.</p>"
+    return _Section("search", title, head + count + rows)
+
+
 def _guarded(title: str, anchor: str, build: Callable[[], _Section]) -> _Section:
     try:
         return build()
@@ -145,9 +281,14 @@ def _guarded(title: str, anchor: str, build: Callable[[], _Section]) -> _Section
         return _Section(anchor, title, f"<p class=meta>could not be read: {escape(str(exc))}</p>")
 
 
-def render_page(agent: Agent) -> str:
-    """The whole page as a string (blocking file and git reads: call from a thread)."""
-    sections = [
+def render_page(agent: Agent, query: str | None = None) -> str:
+    """The whole page as a string (blocking file and git reads: call from a thread).
+
+    With a non-blank ``query`` the page starts with its search results.
+    """
+    query = query or ""
+    sections = [_search(agent, query.strip())] if query.strip() else []
+    sections += [
         _guarded("Memory files", "files", lambda: _files(agent)),
         _guarded("Prompt files", "prompt-files", lambda: _prompt_files(agent)),
         _guarded("History", "history", lambda: _history(agent)),
@@ -161,7 +302,7 @@ def render_page(agent: Agent) -> str:
         f"<title>hippobot memory</title><style>{_CSS}</style></head><body>"
         f"<h1>hippobot memory</h1><p class=meta>workspace {escape(str(agent.workspace))} · "
         "read-only view</p>"
-        f"<nav>{nav}</nav>{body}</body></html>"
+        f"{_search_form(query)}<nav>{nav}</nav>{body}</body></html>"
     )
 
 
@@ -192,5 +333,5 @@ async def index(request: Request) -> HTMLResponse:
     from hippobot.server.users import request_agent  # the asking user's workspace, only
 
     agent = await request_agent(request)
-    page = await asyncio.to_thread(render_page, agent)
+    page = await asyncio.to_thread(render_page, agent, request.query_params.get("q"))
     return HTMLResponse(page, headers={"Cache-Control": "no-store"})
