@@ -306,11 +306,10 @@ async def run_scenario(
     home = root / scenario.name
     workspace = home / "workspace"
     settings = load_settings(_build_env(opts, home, server_url), workspace=workspace)
-    defaults = settings.defaults
+    changes: dict[str, Any] = {"max_tokens": opts.max_tokens, "text_tool_calls": opts.text_tool_calls}
     if opts.context_window is not None:
-        defaults.context_window_tokens = opts.context_window
-    defaults.max_tokens = opts.max_tokens
-    defaults.text_tool_calls = opts.text_tool_calls  # type: ignore[assignment]
+        changes["context_window_tokens"] = opts.context_window
+    settings = settings.with_defaults(**changes)
     onboard(settings)
     target = settings.model_target()
     ledger = UsageLedger.for_workspace(workspace)
