@@ -46,7 +46,7 @@ from hippobot.messages import RUNTIME_CONTEXT_HEADER, content_text
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
 from hippobot.usage_ledger import UsageTotals
 
-__all__ = ["EvalOptions", "main", "oracle", "run_eval"]
+__all__ = ["EvalOptions", "archive_lines", "archived_facts", "main", "oracle", "run_eval", "superseded_by_correction"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -177,18 +177,33 @@ def _archive(request: RecordedRequest, last: str) -> str:
     else:
         body = last.split("<transcript", 1)[-1].split("</transcript>", 1)[0]
         said = [line.split("] USER: ", 1)[1] for line in body.splitlines() if "] USER: " in line]
+    return archive_lines(said)
+
+
+def archive_lines(said: list[str]) -> str:
+    """What a perfect archivist keeps of the user's messages: every statement, as a fact."""
     lines = [f"- [permanent] User said: {s}" for s in said if s and not s.endswith("?") and not s.startswith("/")]
     return "\n".join(lines) or "(nothing)"
 
 
+def archived_facts(text: str) -> list[str]:
+    """The facts the scripted archivist wrote (``- [permanent] User said: ...``) in ``text``."""
+    return re.findall(r"- \[permanent\] User said: ([^\n]+)", text)
+
+
+def superseded_by_correction(facts: list[str]) -> list[bool]:
+    """Per fact, whether another one corrects it ("... not in Tokyo" replaces "... in Tokyo")."""
+    negated = {w.lower() for f in facts for w in _NEGATED.findall(f)}
+    return [any(w in f.lower() for w in negated) and not _NEGATED.search(f) for f in facts]
+
+
 def _analyse(prompt: str) -> str:
     history = prompt.split("## Conversation history", 1)[-1]
-    facts = re.findall(r"- \[permanent\] User said: ([^\n]+)", history)
+    facts = archived_facts(history)
     negated = {w.lower() for f in facts for w in _NEGATED.findall(f)}
     files = prompt.split("## Current memory files", 1)[-1].split("## Conversation history", 1)[0]
     out = []
-    for fact in facts:
-        superseded = any(w in fact.lower() for w in negated) and not _NEGATED.search(fact)
+    for fact, superseded in zip(facts, superseded_by_correction(facts), strict=True):
         if not superseded:
             out.append(f"[USER] {fact}")
         else:  # declined with a reason, so Dream's accounting can close the batch

@@ -9,20 +9,17 @@ for a passing test.
 from __future__ import annotations
 
 import os
-import queue
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hippobot.testing.process import ServeProcess, spawn_serve
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -86,51 +83,15 @@ class Served:
 def serve_process(make_agent, scripted_server) -> Iterator[Callable[..., Served]]:
     """``serve_process(**env)`` starts ``hippobot serve --port 0`` on an onboarded home;
     every process is stopped at teardown."""
-    started: list[Served] = []
+    started: list[ServeProcess] = []
 
     def start(**extra_env: str) -> Served:
         agent = make_agent()
-        env = dict(
-            os.environ,
-            HIPPOBOT_HOME=str(agent.settings.home),
-            HIPPOBOT_MODEL="scripted-model",
-            HIPPOBOT_API_BASE=scripted_server.base_url,
-            HIPPOBOT_API_KEY="sk-test-key-000000000000",
-            **extra_env,
-        )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hippobot", "serve", "--port", "0"],
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        seen: list[str] = []
-        deadline = time.monotonic() + 30
-        while True:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            assert line is not None, "hippobot serve exited:\n" + "".join(seen)
-            seen.append(line)
-            if match := re.search(r"memory page: (http://127\.0\.0\.1:\d+)/(\S*)", line):
-                break
-        served = Served(match.group(1), f"{match.group(1)}/{match.group(2)}", proc, agent.workspace)
-        started.append(served)
-        return served
+        process = spawn_serve(agent.settings.home, scripted_server.base_url, env=extra_env)
+        started.append(process)
+        match = process.wait_line(r"memory page: (http://127\.0\.0\.1:\d+)/(\S*)")
+        return Served(match.group(1), f"{match.group(1)}/{match.group(2)}", process.proc, agent.workspace)
 
     yield start
-    for served in started:
-        served.proc.terminate()
-        try:
-            served.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            served.proc.kill()
-            served.proc.wait()
+    for process in started:
+        process.stop()

@@ -89,7 +89,8 @@ async def test_request_carries_messages_key_headers_and_stream_options(provider,
     assert sent.tools == TOOLS and sent.tool_choice == "auto"
     assert sent.raw["stream_options"] == {"include_usage": True}
     assert sent.raw["temperature"] == 0.2
-    assert sent.raw["max_completion_tokens"] == 300  # OpenAI itself wants the new key
+    # Named "openai" but served elsewhere: the key every compatible server knows.
+    assert sent.raw["max_tokens"] == 300 and "max_completion_tokens" not in sent.raw
     assert sent.headers["authorization"] == "Bearer sk-test"
     assert sent.headers["x-title"] == "hippobot-tests"
 
@@ -105,6 +106,20 @@ async def test_compatible_servers_get_max_tokens_and_no_tools_when_none(
     raw = scripted_model.requests[0].raw
     assert raw["max_tokens"] == 99 and "max_completion_tokens" not in raw
     assert "tools" not in raw and "tool_choice" not in raw
+
+
+def test_only_openais_own_api_gets_max_completion_tokens():
+    # OpenAI's reasoning models refuse max_tokens; llama.cpp, Ollama and vLLM ignore the new
+    # key and would generate until the context is full (seen: a 30-minute Dream request).
+    request = user_request(max_tokens=300)
+    for base, key in [
+        (None, "max_completion_tokens"),
+        ("https://api.openai.com/v1", "max_completion_tokens"),
+        ("http://127.0.0.1:8081/v1", "max_tokens"),
+        ("http://localhost:11434/v1", "max_tokens"),
+    ]:
+        params = OpenAICompatProvider(api_key="sk-x", api_base=base, name="openai")._params(request)
+        assert params[key] == 300 and len({"max_tokens", "max_completion_tokens"} & set(params)) == 1
 
 
 async def test_tool_call_arguments_arriving_in_fragments_are_joined(provider, scripted_model):

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import queue
-import re
 import signal
-import subprocess
-import sys
-import threading
-import time
 
 import openai
 import pytest
 
 from hippobot.errors import UserError
 from hippobot.server.run import bind_socket, resolve_bind
+from hippobot.testing.process import spawn_serve
 
 from .serving import session_messages, user_words
 
@@ -49,61 +43,25 @@ def test_a_port_in_use_is_a_clear_error():
         taken.close()
 
 
-def read_lines(stream, into: queue.Queue) -> None:
-    for line in stream:
-        into.put(line)
-    into.put(None)
-
-
-def wait_line(lines: queue.Queue, pattern: str, seen: list[str], timeout: float = 30.0) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while True:
-        line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-        assert line is not None, "hippobot serve exited early:\n" + "".join(seen)
-        seen.append(line)
-        if match := re.search(pattern, line):
-            return match
-
-
 def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_server, scripted_model):
     agent = make_agent()  # an onboarded workspace in this test's HIPPOBOT_HOME
     scripted_model.fallback = lambda req: f"heard: {user_words(req)}"
-    env = dict(
-        os.environ,
-        HIPPOBOT_HOME=str(agent.settings.home),
-        HIPPOBOT_MODEL="scripted-model",
-        HIPPOBOT_API_BASE=scripted_server.base_url,
-        HIPPOBOT_API_KEY="sk-test-key-000000000000",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hippobot", "serve", "--host", "0.0.0.0", "--port", "0"],
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True)
-    reader.start()
-    seen: list[str] = []
+    served = spawn_serve(agent.settings.home, scripted_server.base_url, "--host", "0.0.0.0")
     try:
-        url = wait_line(lines, r"listening on (http://127\.0\.0\.1:\d+/v1)", seen).group(1)
-        token = wait_line(lines, r"memory page: http://127\.0\.0\.1:\d+/\?token=(\S+)", seen).group(1)
+        url = served.wait_line(r"listening on (http://127\.0\.0\.1:\d+/v1)").group(1)
+        token = served.wait_line(r"memory page: http://127\.0\.0\.1:\d+/\?token=(\S+)").group(1)
         with pytest.raises(openai.AuthenticationError):  # loopback alone is no key
             openai.OpenAI(base_url=url, api_key="none", max_retries=0).models.list()
         client = openai.OpenAI(base_url=url, api_key=token, max_retries=0)
         reply = client.chat.completions.create(
             model="hippobot", user="proc", messages=[{"role": "user", "content": "ping"}]
         )
-        proc.send_signal(signal.SIGTERM)
-        wait_line(lines, r"hippobot serve: stopped", seen)
-        proc.wait(30)
+        served.proc.send_signal(signal.SIGTERM)
+        served.wait_line(r"hippobot serve: stopped")
+        served.proc.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(10)
-        proc.stderr.close()
+        served.stop()
+    seen = served.seen
 
     assert any("will not listen on 0.0.0.0" in line for line in seen)
     token_file = agent.settings.home / "serve-token"

@@ -6,21 +6,17 @@ than that, each sending only ``GET / HTTP/1.1\\r\\nHost: x\\r\\n`` and held open
 
 from __future__ import annotations
 
-import os
-import queue
 import resource
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 
 import httpx
 import openai
 
+from hippobot.testing.process import spawn_serve
+
 from .serving import user_words
-from .test_run import read_lines, wait_line
 
 STALLED = b"GET / HTTP/1.1\r\nHost: x\r\n"
 FD_LIMIT = 256
@@ -70,29 +66,12 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
         return f"still here: {user_words(req)}"
 
     scripted_model.fallback = answer
-    env = dict(
-        os.environ,
-        HIPPOBOT_HOME=str(agent.settings.home),
-        HIPPOBOT_MODEL="scripted-model",
-        HIPPOBOT_API_BASE=scripted_server.base_url,
-        HIPPOBOT_API_KEY="sk-test-key-000000000000",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hippobot", "serve", "--port", "0"],
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=low_fd_limit,
-    )
-    lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True)
-    reader.start()
-    seen: list[str] = []
+    served = spawn_serve(agent.settings.home, scripted_server.base_url, preexec_fn=low_fd_limit)
+    proc, seen = served.proc, served.seen
     held: list[socket.socket] = []
     try:
-        url = wait_line(lines, r"listening on (http://127\.0\.0\.1:(\d+)/v1)", seen)
-        token = wait_line(lines, r"\?token=(\S+)", seen).group(1)
+        url = served.wait_line(r"listening on (http://127\.0\.0\.1:(\d+)/v1)")
+        token = served.wait_line(r"\?token=(\S+)").group(1)
         root, port = url.group(1).removesuffix("/v1"), int(url.group(2))
 
         held = stall(port, CLIENTS)
@@ -123,13 +102,7 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
     finally:
         for sock in held:
             sock.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(10)
-        proc.stderr.close()
-        while not lines.empty():
-            seen.append(lines.get() or "")
+        served.stop()
 
     assert busy, "connections beyond the limit were not refused"
     assert b"server_busy" in busy[0]

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from hippobot.errors import ProviderError
 from hippobot.providers import _errors
@@ -41,8 +42,10 @@ __all__ = ["DEFAULT_OPENAI_BASE", "OpenAICompatProvider"]
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 
 # OpenAI's own API rejects ``max_tokens`` for its reasoning models; compatible servers
-# (Ollama, llama.cpp, older vLLM) only know ``max_tokens``.
-_USES_MAX_COMPLETION_TOKENS = frozenset({"openai"})
+# (Ollama, llama.cpp, older vLLM) only know ``max_tokens`` and silently ignore the new key,
+# so a local model would generate until its context is full. Decided by where the requests
+# go, not by the provider's name: "openai" pointed at a local server is a local server.
+_USES_MAX_COMPLETION_TOKENS = frozenset({"api.openai.com"})
 # Local servers accept any key, but the SDK refuses to send a request without one.
 _PLACEHOLDER_KEY = "no-key"
 
@@ -170,7 +173,8 @@ class OpenAICompatProvider:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        key = "max_completion_tokens" if self.name in _USES_MAX_COMPLETION_TOKENS else "max_tokens"
+        host = urlsplit(self.api_base).hostname or ""
+        key = "max_completion_tokens" if host in _USES_MAX_COMPLETION_TOKENS else "max_tokens"
         params[key] = request.max_tokens
         if request.tools:
             params["tools"] = request.tools
