@@ -304,6 +304,7 @@ async def run_scenario(
     progress: Callable[[ScenarioResult], None] | None = None,
 ) -> ScenarioResult:
     from hippobot.agent.agent import Agent
+    from hippobot.agent.api import Api
     from hippobot.cli.onboard import onboard
     from hippobot.config import load_settings
     from hippobot.context import tokens
@@ -320,11 +321,10 @@ async def run_scenario(
     home = root / scenario.name
     workspace = home / "workspace"
     settings = load_settings(_build_env(opts, home, server_url), workspace=workspace)
-    defaults = settings.defaults
+    changes: dict[str, Any] = {"max_tokens": opts.max_tokens, "text_tool_calls": opts.text_tool_calls}
     if opts.context_window is not None:
-        defaults.context_window_tokens = opts.context_window
-    defaults.max_tokens = opts.max_tokens
-    defaults.text_tool_calls = opts.text_tool_calls  # type: ignore[assignment]
+        changes["context_window_tokens"] = opts.context_window
+    settings = settings.with_defaults(**changes)
     onboard(settings)
     target = settings.model_target()
     ledger = UsageLedger.for_workspace(workspace)
@@ -353,7 +353,7 @@ async def run_scenario(
                 with _timed(stages["turns"]):
                     await _case(result, "turns", f"session {n} message {i}", agent.turn(key, text))
             with _timed(stages["consolidation"]):
-                await _case(result, "consolidation", f"session {n} /new", agent.turn(key, "/new"))
+                await _case(result, "consolidation", f"session {n} /new", Api.for_agent(agent).handle(key, "/new"))
                 await agent.jobs.drain(None)
         history = "\n".join(e.content for e in agent.memory.read_history(after=0))
         clock.days_ago = 0

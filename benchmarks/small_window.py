@@ -81,9 +81,7 @@ async def run(turns: int, window: int, max_tokens: int, extra: int = 30) -> dict
         settings = load_settings({
             "HIPPOBOT_HOME": home, "HIPPOBOT_MODEL": "scripted-model",
             "HIPPOBOT_API_BASE": server.base_url, "HIPPOBOT_API_KEY": "sk-bench-000000000000",
-        })
-        settings.config.agents.defaults.context_window_tokens = window
-        settings.config.agents.defaults.max_tokens = max_tokens
+        }).with_defaults(context_window_tokens=window, max_tokens=max_tokens)
         onboard(settings)
         agent = Agent(settings)
         agent.retry_policy = RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=0.0)

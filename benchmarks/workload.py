@@ -124,7 +124,7 @@ def make_settings(home: Path, *, context_window: int, api_base: str | None = Non
     env = bench_env(home, api_base) if api_base else bench_env(home)
     settings = load_settings(env)
     onboard(settings)
-    settings.config.agents.defaults.context_window_tokens = context_window
+    settings = settings.with_defaults(context_window_tokens=context_window)
     _write_window(settings, context_window)
     return settings
 

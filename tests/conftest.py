@@ -42,9 +42,7 @@ def model_env(home: Path, server: ScriptedServer | None = None, **extra: str) ->
 @pytest.fixture
 def make_settings(hippobot_home: Path, scripted_server: ScriptedServer) -> Callable[..., Settings]:
     def make(*, onboarded: bool = True, **defaults: Any) -> Settings:
-        settings = load_settings(model_env(hippobot_home, scripted_server))
-        for name, value in defaults.items():
-            setattr(settings.config.agents.defaults, name, value)
+        settings = load_settings(model_env(hippobot_home, scripted_server)).with_defaults(**defaults)
         if onboarded:
             onboard(settings)
         return settings

@@ -10,6 +10,7 @@ import zlib
 import pytest
 
 from hippobot.agent.agent import Agent
+from hippobot.agent.api import Api
 from hippobot.errors import UserError
 from hippobot.session.keys import key_to_relpath
 
@@ -86,7 +87,7 @@ async def test_a_non_image_is_refused_before_anything_is_saved(make_agent, tmp_p
 async def test_context_command_lists_sections_with_tokens(make_agent, scripted_model):
     agent = make_agent()
     (agent.workspace / "USER.md").write_text("# User\nName: Ada\n")
-    text = (await agent.turn("cli:direct", "/context")).reply
+    text = (await Api.for_agent(agent).handle("cli:direct", "/context")).reply
     for name in ("identity", "USER.md", "tool contract", "tool schemas", "history replay", "total"):
         assert name in text
     assert scripted_model.requests == []
@@ -105,8 +106,8 @@ async def test_recent_history_shares_durable_facts_unless_chats_are_kept_apart(m
     assert "Bob likes coffee" in system and "Alice likes tea" in system
     assert "busy today" not in system
 
-    agent.settings.defaults.see_other_sessions = False
-    agent = type(agent)(agent.settings)  # settings are read once: the next process
+    # settings are frozen: the next process, configured otherwise
+    agent = type(agent)(agent.settings.with_defaults(see_other_sessions=False))
     scripted_model.reply("ok")
     await agent.turn("cli:direct", "hi again")
     system = scripted_model.requests[-1].messages[0]["content"]

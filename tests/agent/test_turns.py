@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from hippobot.agent.api import Api
 from hippobot.errors import ProviderError
 from hippobot.loop.events import ToolStarted
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
@@ -135,11 +136,11 @@ async def test_a_failing_model_keeps_the_users_message(make_agent, scripted_mode
 
 async def test_slash_commands_are_answered_without_the_model(make_agent, scripted_model):
     agent = make_agent()
-    help_text = (await agent.turn("cli:direct", "/help")).reply
+    help_text = (await Api.for_agent(agent).handle("cli:direct", "/help")).reply
     assert "/new" in help_text and "/dream-restore" in help_text
-    unknown = (await agent.turn("cli:direct", "/frobnicate")).reply
+    unknown = (await Api.for_agent(agent).handle("cli:direct", "/frobnicate")).reply
     assert "/help" in unknown
-    status = (await agent.turn("cli:direct", "/status")).reply
+    status = (await Api.for_agent(agent).handle("cli:direct", "/status")).reply
     assert "scripted-model" in status
     assert scripted_model.requests == []
 
@@ -147,7 +148,23 @@ async def test_slash_commands_are_answered_without_the_model(make_agent, scripte
 async def test_a_path_that_looks_like_a_command_goes_to_the_model(make_agent, scripted_model):
     agent = make_agent()
     scripted_model.reply("That is the hosts file.")
-    assert (await agent.turn("cli:direct", "/etc/hosts what is it?")).reply == "That is the hosts file."
+    assert (await Api.for_agent(agent).handle("cli:direct", "/etc/hosts what is it?")).reply == "That is the hosts file."
+
+
+async def test_a_double_slash_sends_the_text_to_the_model(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("That is how you ask for help.")
+    reply = (await Api.for_agent(agent).handle("cli:direct", "//help means what?")).reply
+    assert reply == "That is how you ask for help."
+    assert "//help means what?" in json.dumps(scripted_model.requests[0].messages)
+
+
+async def test_the_agent_itself_only_runs_model_turns(make_agent, scripted_model):
+    agent = make_agent()  # commands are the front end's business (Api.handle)
+    scripted_model.reply("You typed /help.")
+    result = await agent.turn("cli:direct", "/help")
+    assert result.reply == "You typed /help." and not result.command
+    assert len(scripted_model.requests) == 1
 
 
 async def test_secrets_are_not_written_to_the_session(make_agent, scripted_model):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from hippobot.agent.api import Api
 from hippobot.context import tokens
 from hippobot.lifecycle.summaries import parse_summary, raw_entry
 from hippobot.memory.history import HistorySource
@@ -118,7 +119,7 @@ async def test_new_archives_in_the_background_and_starts_fresh(make_agent, scrip
     agent = make_agent()
     scripted_model.fallback = archivist
     await agent.turn("cli:direct", "FACT: User's sister is called Mira")
-    reply = (await agent.turn("cli:direct", "/new")).reply
+    reply = (await Api.for_agent(agent).handle("cli:direct", "/new")).reply
     assert reply.startswith("New session started.")
     await agent.aclose()
     entries = history_lines(agent)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+from hippobot.agent.api import Api
+from hippobot.config.schema import DreamConfig
 from hippobot.lifecycle.dream import parse_findings
 from hippobot.lifecycle.versions import describe_log, describe_restore, list_versions
 from hippobot.memory.history import HistorySource
@@ -172,13 +174,13 @@ async def test_unformatted_analysis_of_passing_remarks_loses_nothing(make_agent,
 
 async def test_dream_commands_in_chat(make_agent, scripted_model):
     agent = make_agent()
-    assert "Nothing to dream about" in (await agent.turn("cli:direct", "/dream")).reply
-    assert "built-in guide" in (await agent.turn("cli:direct", "/dream-prompt")).reply
-    assert "Wrote the default Dream guide" in (await agent.turn("cli:direct", "/dream-prompt init")).reply
+    assert "Nothing to dream about" in (await Api.for_agent(agent).handle("cli:direct", "/dream")).reply
+    assert "built-in guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt")).reply
+    assert "Wrote the default Dream guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt init")).reply
     assert (agent.workspace / "prompts" / "dream.md").exists()
-    assert "custom guide" in (await agent.turn("cli:direct", "/dream-prompt")).reply
-    assert "init: memory store" in (await agent.turn("cli:direct", "/dream-restore")).reply
-    unknown = (await agent.turn("cli:direct", "/dream-restore deadbeef")).reply
+    assert "custom guide" in (await Api.for_agent(agent).handle("cli:direct", "/dream-prompt")).reply
+    assert "init: memory store" in (await Api.for_agent(agent).handle("cli:direct", "/dream-restore")).reply
+    unknown = (await Api.for_agent(agent).handle("cli:direct", "/dream-restore deadbeef")).reply
     assert "recent versions" in unknown or "Memory versions" in unknown
 
 
@@ -224,10 +226,8 @@ async def test_remembering_on_request_is_versioned_at_once(make_agent, scripted_
 
 
 async def test_a_looping_dream_is_stopped_by_its_token_budget(make_agent, scripted_model, caplog):
-    agent = make_agent()
-    agent.settings.defaults.dream.max_tokens_per_run = 1000
+    agent = make_agent(dream=DreamConfig(max_tokens_per_run=1000, batch_size=1))
     plant_history(agent, "- [permanent] a", "- [permanent] b")
-    agent.settings.defaults.dream.batch_size = 1
     scripted_model.usage(prompt_tokens=900, completion_tokens=200)
     scripted_model.reply("[USER] a")
     result = await agent.dream.run()

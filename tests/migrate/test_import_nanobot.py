@@ -66,8 +66,10 @@ def test_must_show_a_nanobot_0_3_5_home_carries_on_in_hippobot(
 
 
 def test_must_show_nanobots_raw_config_copied_to_hippobot_works(
-    hippobot_home, scripted_server, scripted_model
+    hippobot_home, scripted_server, scripted_model, monkeypatch
 ):
+    # its workspace is "~/.nanobot/workspace": a home of the test's own, not the machine's
+    monkeypatch.setenv("HOME", str(hippobot_home))
     shutil.copy(FIXTURES / "nanobot-0.3.5" / "config.json", hippobot_home / "config.json")
     scripted_model.reply("hello from hippobot")
     out = run_cli(["agent", "-m", "hi"], hippobot_home, scripted_server)

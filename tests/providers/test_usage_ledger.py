@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from hippobot.agent.api import Api
 from hippobot.errors import ProviderError
 from hippobot.memory.history import HistorySource
 from hippobot.providers import ChatRequest, Finish, TextDelta, collect
@@ -20,7 +21,7 @@ async def test_turns_consolidation_and_dream_are_counted_apart(make_agent, scrip
     scripted_model.usage(prompt_tokens=1000, cached_tokens=800, completion_tokens=20).reply("Hi!")
     await agent.turn("cli:direct", "hello")
     scripted_model.usage(prompt_tokens=1100, completion_tokens=10).reply("- [ephemeral] said hello")
-    await agent.turn("cli:direct", "/new")
+    await Api.for_agent(agent).handle("cli:direct", "/new")
     await agent.aclose()  # the archiving runs in the background; wait for it
     agent.memory.append_history("- [ephemeral] it rained", session_key="cli:direct", source=HistorySource("cli:direct", 0, 2))
     scripted_model.reply("[SKIP] nothing new")
@@ -40,7 +41,7 @@ async def test_turns_consolidation_and_dream_are_counted_apart(make_agent, scrip
     table = run_cli(["usage"], hippobot_home).stdout
     assert "consolidation" in table and "total" in table
 
-    assert "dream" in (await agent.turn("cli:direct", "/usage")).reply
+    assert "dream" in (await Api.for_agent(agent).handle("cli:direct", "/usage")).reply
 
 
 async def test_a_failed_request_is_recorded_as_failed(make_agent, scripted_model):

@@ -121,7 +121,9 @@ async def _chaos(agent: Any, journal: Journal, rng: random.Random, args: dict[st
             await _dream(agent, journal)
         else:
             journal.write(op="new", state="start", key=key)
-            reply = (await agent.turn(key, "/new")).reply
+            from hippobot.agent.api import Api
+
+            reply = (await Api.for_agent(agent).handle(key, "/new")).reply
             journal.write(op="new", state="done", key=key, reply=reply)
 
 

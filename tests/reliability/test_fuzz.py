@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hippobot.agent.agent import Agent
+from hippobot.agent.api import Api
 from hippobot.config import load_settings
 from hippobot.errors import ProviderError
 from hippobot.memory.store import MemoryStore
@@ -107,7 +108,7 @@ class Scenario:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         elif kind == "new":
-            await self.agent.turn(KEY, "/new")
+            await Api.for_agent(self.agent).handle(KEY, "/new")
         elif kind == "consolidate":
             await self.agent.consolidator.consolidate(self.agent.sessions.get(KEY))
         elif kind == "dream":

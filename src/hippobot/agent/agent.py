@@ -84,9 +84,9 @@ class TurnLimits:
 
     max_iterations: int
     max_tokens: int
-    temperature: float
+    temperature: float | None
     max_tool_result_chars: int
-    idle_compact_after_minutes: int
+    idle_compact_after_minutes: float
 
 
 class Agent:
@@ -95,6 +95,11 @@ class Agent:
     The constructor is the composition root: every service gets the narrow collaborators
     it needs (sessions, memory, the prompt assembler, the model, the budget, the jobs, the
     workspace's paths and locks) and never the agent itself.
+
+    ``read_only`` opens the sessions and the memory store for reading only (nothing is
+    created, locked, quarantined or migrated): the read commands' reports use such an agent.
+    Slash commands are not the agent's business: front ends route them
+    (:meth:`hippobot.agent.api.Api.handle`); :meth:`turn` only runs model turns.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class Agent:
         provider: Provider | None = None,
         project: Path | None = None,
         now: Any = None,
+        read_only: bool = False,
     ) -> None:
         self.settings = settings
         self.workspace = settings.workspace
@@ -125,8 +131,9 @@ class Agent:
             ratio=defaults.consolidation_ratio,
         )
         self._secrets = tuple(settings.secrets())
-        self.sessions = SessionManager(JsonlSessionStore(self.workspace))
-        self.memory = MemoryStore(self.workspace, known_secrets=self._secrets)
+        self.read_only = read_only
+        self.sessions = SessionManager(JsonlSessionStore(self.workspace, read_only=read_only))
+        self.memory = MemoryStore(self.workspace, known_secrets=self._secrets, read_only=read_only)
         self.files = WorkspaceFiles(
             self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
         )
@@ -328,23 +335,12 @@ class Agent:
         max_tokens: int | None = None,
         stop: Sequence[str] = (),
     ) -> TurnResult:
-        """One turn. ``max_tokens`` (capped by ``maxTokens``) and ``stop`` override the
-        configured reply limits for this turn's model calls (``hippobot serve`` passes what
-        its client asked for)."""
+        """One model turn (a slash command is text like any other here: front ends route
+        commands before calling this). ``max_tokens`` (capped by ``maxTokens``) and ``stop``
+        override the configured reply limits for this turn's model calls (``hippobot serve``
+        passes what its client asked for)."""
         validate_key(key)
-        limit = self.settings.defaults.max_message_chars
-        if len(text) > limit:  # a huge message would be replayed and re-read on every turn
-            raise UserError(
-                f"the message is {len(text):,} characters; the limit is {limit:,} "
-                "(agents.defaults.maxMessageChars). Save it to a file in the workspace and "
-                "ask the agent to read it."
-            )
-        if text.startswith("/") and not media and not text.startswith("//"):
-            from hippobot.agent.commands import CommandRouter
-
-            reply = await CommandRouter(self).dispatch(key, text.strip())
-            if reply is not None:
-                return TurnResult(reply=reply, command=True)
+        self.check_message(text)
         self.llm.check()  # no model configured: say so before anything is saved
         if media:
             from hippobot.context.images import load_image_block
@@ -401,6 +397,33 @@ class Agent:
             await asyncio.to_thread(self._commit_memory_edits, key, before, written, ran_exec)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
+
+    def check_message(self, text: str) -> None:
+        """A UserError when ``text`` is over ``maxMessageChars``."""
+        limit = self.settings.defaults.max_message_chars
+        if len(text) > limit:  # a huge message would be replayed and re-read on every turn
+            raise UserError(
+                f"the message is {len(text):,} characters; the limit is {limit:,} "
+                "(agents.defaults.maxMessageChars). Save it to a file in the workspace and "
+                "ask the agent to read it."
+            )
+
+    async def new_session(self, key: str) -> int:
+        """``/new``: start the conversation afresh; the messages not yet archived are
+        archived to history in the background. Returns how many are being archived."""
+        session = await self.sessions.aget(key)
+        async with self.sessions.lock(key):
+            await self.sessions.refresh(session)
+            end = len(session.messages)
+            pending = end - session.last_consolidated
+            session.fresh_start = end
+            session.summary = None
+            await self.sessions.save_meta(session)
+        if pending > 0 and self.llm.configured():
+            consolidator = self.consolidator
+            self.jobs.schedule(f"archive:{key}", lambda: consolidator.archive_until(session, end))
+            return pending
+        return 0
 
     @asynccontextmanager
     async def _turn_lock(self, key: str, on_event: EventSink | None) -> AsyncIterator[None]:

@@ -1,17 +1,19 @@
-"""Slash commands (SPEC 4.5). Each handler returns the text shown to the user."""
+"""Slash commands (SPEC 4.5): which text is a command, and what each one does.
+
+The front ends route a message here before it could become a model turn
+(:meth:`hippobot.agent.api.Api.handle`); the agent itself never sees a command. The router
+knows nothing of the agent: it parses the command and calls one operation of its
+:class:`CommandTarget` (the facade), each returning the text shown in the chat.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
-
-__all__ = ["COMMANDS", "CommandRouter"]
+__all__ = ["COMMANDS", "CommandRouter", "CommandTarget", "is_command"]
 
 _COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S | re.I)
 
@@ -37,19 +39,39 @@ COMMANDS: tuple[Command, ...] = (
 _NAMES = {c.name for c in COMMANDS}
 
 
+def is_command(text: str, media: Sequence[str] = ()) -> bool:
+    """Text the router answers instead of the model: it starts with ``/`` (``//`` escapes
+    it, so ``//etc`` goes to the model as is) and carries no image."""
+    return text.startswith("/") and not text.startswith("//") and not media
+
+
+class CommandTarget(Protocol):
+    """What the commands do, for one session key; every method returns the chat text."""
+
+    async def chat_new(self, key: str) -> str: ...
+    async def chat_status(self, key: str) -> str: ...
+    async def chat_context(self, key: str, *, full: bool) -> str: ...
+    async def chat_dream(self, *, dry_run: bool) -> str: ...
+    async def chat_log(self, sha: str | None) -> str: ...
+    async def chat_versions(self) -> str: ...
+    async def chat_restore(self, sha: str) -> str: ...
+    async def chat_dream_prompt(self, arg: str) -> str: ...
+    async def chat_usage(self) -> str: ...
+
+
 class CommandRouter:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, target: CommandTarget) -> None:
+        self.target = target
         self._handlers: dict[str, Callable[[str, str], Awaitable[str]]] = {
-            "new": self._new,
+            "new": lambda key, arg: target.chat_new(key),
             "help": self._help,
-            "status": self._status,
-            "context": self._context,
-            "dream": self._dream,
-            "dream-log": self._dream_log,
+            "status": lambda key, arg: target.chat_status(key),
+            "context": lambda key, arg: target.chat_context(key, full=arg == "full"),
+            "dream": lambda key, arg: target.chat_dream(dry_run=arg in ("--dry-run", "dry-run")),
+            "dream-log": lambda key, arg: target.chat_log(arg or None),
             "dream-restore": self._dream_restore,
-            "dream-prompt": self._dream_prompt,
-            "usage": self._usage,
+            "dream-prompt": lambda key, arg: target.chat_dream_prompt(arg),
+            "usage": lambda key, arg: target.chat_usage(),
         }
 
     async def dispatch(self, key: str, text: str) -> str | None:
@@ -69,64 +91,5 @@ class CommandRouter:
         lines.append("  exit, quit, Ctrl-D" + " " * max(0, width - 18) + "  leave (Ctrl-C cancels a running reply)")
         return "\n".join(lines)
 
-    async def _new(self, key: str, arg: str) -> str:
-        agent = self.agent
-        session = await agent.sessions.aget(key)
-        async with agent.sessions.lock(key):
-            await agent.sessions.refresh(session)
-            end = len(session.messages)
-            pending = end - session.last_consolidated
-            session.fresh_start = end
-            session.summary = None
-            await agent.sessions.save_meta(session)
-        if pending > 0 and agent.llm.configured():
-            agent.jobs.schedule(
-                f"archive:{key}", lambda: agent.consolidator.archive_until(session, end)
-            )
-            return f"New session started. The previous {pending} message(s) are being archived to memory."
-        return "New session started."
-
-    async def _status(self, key: str, arg: str) -> str:
-        from hippobot.agent.inspect import status_report
-
-        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
-        return status_report(self.agent, key).to_text()
-
-    async def _context(self, key: str, arg: str) -> str:
-        from hippobot.agent.inspect import context_report
-
-        await self.agent.sessions.aget(key)  # loaded off the loop; the report reads it cached
-        return context_report(self.agent, key).to_text(full=arg == "full")
-
-    async def _dream(self, key: str, arg: str) -> str:
-        result = await self.agent.dream.run(dry_run=arg in ("--dry-run", "dry-run"))
-        return result.describe()
-
-    async def _dream_log(self, key: str, arg: str) -> str:
-        from hippobot.lifecycle.versions import describe_log
-
-        return await asyncio.to_thread(describe_log, self.agent.git, arg or None)
-
     async def _dream_restore(self, key: str, arg: str) -> str:
-        from hippobot.lifecycle.versions import describe_restore, list_versions
-
-        if not arg:
-            return await asyncio.to_thread(list_versions, self.agent.git)
-        git, memory = self.agent.git, self.agent.memory
-
-        def restore() -> str:
-            return describe_restore(git, arg, after_cursor=memory.last_cursor())
-
-        return await asyncio.to_thread(restore)
-
-    async def _dream_prompt(self, key: str, arg: str) -> str:
-        from hippobot.lifecycle.dream import dream_prompt_command
-
-        return await asyncio.to_thread(dream_prompt_command, self.agent.dream, arg)
-
-    async def _usage(self, key: str, arg: str) -> str:
-        from hippobot.usage_ledger import UsageLedger, format_table, summarise
-
-        ledger = UsageLedger.for_workspace(self.agent.workspace)
-        rows = await asyncio.to_thread(lambda: summarise(ledger.read()))
-        return format_table(rows, path=ledger.path)
+        return await (self.target.chat_restore(arg) if arg else self.target.chat_versions())

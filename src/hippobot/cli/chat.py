@@ -26,7 +26,8 @@ from hippobot.loop.events import (
 )
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent, TurnResult
+    from hippobot.agent.agent import TurnResult
+    from hippobot.agent.api import Api
 
 __all__ = ["interactive", "one_shot", "piped"]
 
@@ -177,22 +178,22 @@ class _Printer:
         self.err.flush()
 
 
-async def _one_turn(agent: Agent, key: str, text: str, media: Sequence[str], printer: _Printer) -> TurnResult:
+async def _one_turn(api: Api, key: str, text: str, media: Sequence[str], printer: _Printer) -> TurnResult:
     printer.begin()
     try:
-        return await agent.turn(key, text, media=media, on_event=printer)
+        return await api.handle(key, text, media=media, on_event=printer)
     finally:
         printer.finish()
 
 
-async def one_shot(agent: Agent, key: str, message: str, media: Sequence[str], *, as_json: bool = False) -> int:
+async def one_shot(api: Api, key: str, message: str, media: Sequence[str], *, as_json: bool = False) -> int:
     """``hippobot agent -m``: only the reply goes to stdout (``--json``: reply and session)."""
     tty = sys.stderr.isatty()
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty, spinner=_Spinner(sys.stderr, enabled=tty))
     try:
-        result = await _one_turn(agent, key, message, media, printer)
+        result = await _one_turn(api, key, message, media, printer)
     finally:
-        await _finish(agent)
+        await api.finish()
     if as_json:
         import json
 
@@ -203,7 +204,7 @@ async def one_shot(agent: Agent, key: str, message: str, media: Sequence[str], *
     return 0
 
 
-async def piped(agent: Agent, key: str, lines: TextIO) -> int:
+async def piped(api: Api, key: str, lines: TextIO) -> int:
     """Non-terminal stdin: one message per line, each reply printed in turn."""
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=False)
     status = 0
@@ -215,7 +216,7 @@ async def piped(agent: Agent, key: str, lines: TextIO) -> int:
             if text.strip().lower() in _EXIT_WORDS:
                 break
             try:
-                reply = (await _one_turn(agent, key, text, (), printer)).reply
+                reply = (await _one_turn(api, key, text, (), printer)).reply
             except ProviderError as exc:
                 sys.stderr.write(f"error: {exc}\n")
                 status = 1
@@ -223,37 +224,17 @@ async def piped(agent: Agent, key: str, lines: TextIO) -> int:
             sys.stdout.write(reply.rstrip("\n") + "\n")
             sys.stdout.flush()
     finally:
-        await _finish(agent)
+        await api.finish()
     return status
 
 
-async def _finish(agent: Agent) -> None:
-    """Let background archiving finish (bounded); what does not finish resumes next start.
-
-    Then, if pending facts are about to outgrow Recent History, start Dream detached, so
-    a one-shot run never makes the user wait for it (lifecycle.autodream).
-    """
-    with contextlib.suppress(Exception):
-        await agent.aclose(timeout=60.0)
-    with contextlib.suppress(Exception):
-        _dream_if_due(agent)
-
-
-def _dream_if_due(agent: Agent) -> None:
-    from hippobot.lifecycle.autodream import dream_due, spawn_background_dream
-
-    if not agent.settings.defaults.dream.auto or not agent.settings.model_configured():
-        return
-    if dream_due(agent.memory, agent.budget.history_tokens) is not None:
-        spawn_background_dream(agent.workspace)
-
-
-async def interactive(agent: Agent, key: str) -> int:
+async def interactive(api: Api, key: str) -> int:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
 
-    agent.settings.home.mkdir(parents=True, exist_ok=True)
-    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(agent.settings.home / ".input_history")))
+    home = api.settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home / ".input_history")))
     printer = _Printer(
         sys.stdout, sys.stderr, stream=True, color=True, markdown=_Markdown(sys.stdout),
         spinner=_Spinner(sys.stderr, enabled=sys.stderr.isatty()),
@@ -261,7 +242,7 @@ async def interactive(agent: Agent, key: str) -> int:
     sys.stderr.write(
         f"{_DIM}hippobot — session {key} — /help for commands, Ctrl-D to leave{_RESET}\n"
     )
-    schedulers = agent.start_schedulers()
+    schedulers = api.start_schedulers()
     try:
         while True:
             try:
@@ -274,7 +255,7 @@ async def interactive(agent: Agent, key: str) -> int:
                 continue
             if text.strip().lower() in _EXIT_WORDS:
                 break
-            task = asyncio.create_task(_one_turn(agent, key, text, (), printer))
+            task = asyncio.create_task(_one_turn(api, key, text, (), printer))
             # Ctrl-C while a reply runs cancels that turn, not the program.
             loop = asyncio.get_running_loop()
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -304,5 +285,5 @@ async def interactive(agent: Agent, key: str) -> int:
     finally:
         for job in schedulers:
             job.cancel()
-        await _finish(agent)
+        await api.finish()
     return 0

@@ -19,7 +19,7 @@ from hippobot import __version__
 from hippobot.errors import HippobotError
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.agent.api import Api
     from hippobot.config import Settings
 
 __all__ = ["app", "main"]
@@ -53,12 +53,11 @@ def _settings(
     return load_settings(workspace=workspace, model=model, provider=provider)
 
 
-def _agent(settings: Settings, project: Path | None = None) -> Agent:
-    from hippobot.agent.agent import Agent
+def _api(settings: Settings, project: Path | None = None) -> Api:
+    """The application API every command goes through (reads never write)."""
+    from hippobot.agent.api import Api
 
-    if project is not None and not project.is_dir():
-        raise HippobotError(f"project directory {project} does not exist")
-    return Agent(settings, project=project)
+    return Api(settings, project=project)
 
 
 def _print_json(data: object) -> None:
@@ -140,7 +139,7 @@ def agent(
     settings = _settings(workspace, model=model, provider=provider)
     settings.model_target()  # fail fast, before anything is written
     ensure_workspace(settings.workspace)
-    bot = _agent(settings, project)
+    bot = _api(settings, project)
     media = [str(p) for p in image or []]
     if message is not None:
         code = asyncio.run(one_shot(bot, session, message, media, as_json=json_out))
@@ -156,9 +155,7 @@ def agent(
 @app.command()
 def status(session: SessionOpt = "cli:direct", workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Model, session, tokens used vs budget, pending memory."""
-    from hippobot.agent.inspect import status_report
-
-    report = status_report(_agent(_settings(workspace)), session)
+    report = _api(_settings(workspace)).status(session)
     sys.stdout.write((report.to_json() if json_out else report.to_text()) + "\n")
 
 
@@ -171,9 +168,7 @@ def context(
     project: Annotated[Path | None, typer.Option("--project", help="Project directory.")] = None,
 ) -> None:
     """What the model sees: each prompt section with its token count."""
-    from hippobot.agent.inspect import context_report
-
-    report = context_report(_agent(_settings(workspace), project), session)
+    report = _api(_settings(workspace), project).context(session)
     sys.stdout.write((report.to_json(full=full) if json_out else report.to_text(full=full)) + "\n")
 
 
@@ -191,14 +186,13 @@ def dream(
     Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
     running, with the reason on stderr.
     """
-    from hippobot.lifecycle.versions import SHELL_HINTS
+    from hippobot.agent.api import SHELL_HINTS
 
-    settings = _settings(workspace)
-    bot = _agent(settings)
+    bot = _api(_settings(workspace))
 
     async def run() -> Any:
         try:
-            return await bot.dream.run(dry_run=dry_run)
+            return await bot.dream(dry_run=dry_run)
         finally:
             await bot.aclose(timeout=5.0)
 

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _agent, _print_json, _settings, memory_app
-from hippobot.errors import StorageError
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, memory_app
 
 __all__: list[str] = []
 
@@ -22,10 +17,7 @@ __all__: list[str] = []
 @memory_app.command("show")
 def show(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Print SOUL.md, USER.md and memory/MEMORY.md."""
-    from hippobot.memory.store import MemoryStore
-
-    store = MemoryStore(_settings(workspace).workspace)
-    files = {"SOUL.md": store.read_soul(), "USER.md": store.read_user(), "memory/MEMORY.md": store.read_memory()}
+    files = _api(_settings(workspace)).memory_files()
     if json_out:
         _print_json(files)
         return
@@ -43,40 +35,16 @@ def history(
 ) -> None:
     """The archive of summarised conversation (memory/history.jsonl and the entries Dream
     processed, in memory/history.archive.jsonl). With --pending: what waits for Dream, and why."""
-    from hippobot.lifecycle.dream import read_pending_reasons
-    from hippobot.memory.store import MemoryStore
-
-    ws = _settings(workspace).workspace
-    store = MemoryStore(ws)
-    dream_cursor = store.dream_cursor()
-    after = dream_cursor if pending else 0
-    entries = store.read_history(after=after, session_key=session)
-    if not pending:
-        live = {e.cursor for e in entries}
-        older = [e for e in store.read_archive() if e.cursor not in live]
-        if session is not None:
-            older = [e for e in older if e.session_key == session]
-        entries = older + entries
-    if limit:
-        entries = entries[-limit:]
-    held = read_pending_reasons(ws)
-
-    def waiting(cursor: int) -> str | None:
-        if cursor <= dream_cursor:
-            return None
-        for h in held:
-            if h.first <= cursor <= h.last:
-                return h.reason
-        return "not processed yet: Dream has not run since it was archived"
-
+    view = _api(_settings(workspace)).history(pending=pending, session=session, limit=limit)
+    entries, waiting = view.entries, view.waiting
     if json_out:
-        _print_json([{**e.to_dict(), "pending": e.cursor > dream_cursor, "waiting": waiting(e.cursor)} for e in entries])
+        _print_json([{**e.to_dict(), "pending": view.pending(e), "waiting": waiting(e.cursor)} for e in entries])
         return
     if not entries:
         sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")
         return
     for e in entries:
-        mark = "*" if e.cursor > dream_cursor else " "
+        mark = "*" if view.pending(e) else " "
         where = e.session_key or "-"
         if e.source:  # the messages it summarises; their session is named once
             span = f"#{e.source.start}-{e.source.end - 1}"
@@ -91,21 +59,6 @@ def history(
     sys.stdout.write("(* = waiting for Dream)\n")
 
 
-_SEARCH_FILL = 64  # documents a search may embed first (about a second with the local model)
-
-
-@contextlib.contextmanager
-def _index_errors(path: Path) -> Iterator[None]:
-    """A full or read-only disk under the search index: one line, not a traceback."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StorageError(
-            f"the search index {path} cannot be used ({exc}); free disk space or make the "
-            "workspace writable, then run `hippobot memory reindex`"
-        ) from None
-
-
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
@@ -118,59 +71,45 @@ def search(
 ) -> None:
     """Search history, every session and the memory files (by meaning too, when
     recall.embeddings is configured)."""
-    from hippobot.recall.embedders import open_index
-    from hippobot.recall.tools import format_explained, format_hits, hits_to_json
-    from hippobot.redact import redact_exact
+    from hippobot.agent.api import format_explained, format_hits, hits_to_json
 
-    settings = _settings(workspace)
-    secrets = settings.secrets()
-    index = open_index(settings)  # syncs itself before searching
-    left = 0
-    with _index_errors(index.path):
-        if index.semantic:  # a few of the newest documents still without a vector: embed now
-            left = index.embed_pending(max_docs=_SEARCH_FILL).pending
-        hits = index.search(query, k=k, explain=explain)
-    warning = index.take_semantic_warning()
-    if warning:
-        sys.stderr.write(f"warning: {warning}\n")
+    api = _api(_settings(workspace))
+    found = api.search(query, k=k, explain=explain)
+    hits, left = found.hits, found.unembedded
+    if found.warning:
+        sys.stderr.write(f"warning: {found.warning}\n")
     elif left:
         sys.stderr.write(
             f"note: {left} documents have no vector yet and are found by their words only; "
             "`hippobot memory reindex` embeds them all\n"
         )
     if json_out:
-        _print_json(json.loads(redact_exact(json.dumps(hits_to_json(hits)), secrets)))
+        _print_json(json.loads(api.scrub(json.dumps(hits_to_json(hits)))))
         return
     # Also covers an index written before keys were redacted from it.
     text = (format_explained(hits) if explain else format_hits(hits)) if hits else "No matches."
-    sys.stdout.write(redact_exact(text, secrets) + "\n")
+    sys.stdout.write(api.scrub(text) + "\n")
 
 
 @memory_app.command("reindex")
 def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Rebuild the search index from the files (it is derived state), and with semantic
     recall configured, embed every document."""
-    from hippobot.recall.embedders import open_index
-
-    index = open_index(_settings(workspace), auto_sync=False)
-    with _index_errors(index.path):
-        stats = index.rebuild()
-    if json_out and not index.semantic:
+    done = _api(_settings(workspace)).reindex()
+    stats = done.stats
+    if json_out and not done.semantic:
         _print_json(asdict(stats))
         return
     if not json_out:
         sys.stdout.write(f"reindexed: {stats.describe()}\n")
-    if not index.semantic:
+    if not done.semantic:
         return
-    embedded = 0
-    while True:
-        fill = index.embed_pending(max_docs=512)
-        embedded += fill.embedded
-        if fill.pending:
-            sys.stderr.write(f"embedding… {embedded} done, {fill.pending} to go\n")
-        if not fill.pending or not fill.embedded:
-            break
-    warning = index.take_semantic_warning()
+
+    def progress(embedded: int, left: int) -> None:
+        sys.stderr.write(f"embedding… {embedded} done, {left} to go\n")
+
+    embedded = done.embed_all(progress)
+    warning = done.warning()
     if json_out:
         _print_json({**asdict(stats), "embedded": embedded, "warning": warning})
     if warning:
@@ -180,17 +119,6 @@ def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
         sys.stdout.write(f"embedded: {embedded} documents\n")
 
 
-@contextlib.contextmanager
-def _list_hint() -> Iterator[None]:
-    """An unknown version names the shell command that lists them."""
-    from hippobot.memory.gitstore import UnknownCommit
-
-    try:
-        yield
-    except UnknownCommit as exc:
-        raise UnknownCommit(f"{exc}; list them with `hippobot memory restore`") from None
-
-
 @memory_app.command("log")
 def log(
     sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
@@ -198,10 +126,9 @@ def log(
     json_out: JsonOpt = False,
 ) -> None:
     """Show a memory version as a diff (the latest Dream change by default)."""
-    from hippobot.lifecycle.versions import SHELL_HINTS, commit_json, format_log, log_data
+    from hippobot.agent.api import SHELL_HINTS, commit_json, format_log
 
-    with _list_hint():
-        commit = log_data(_agent(_settings(workspace)).git, sha)
+    commit = _api(_settings(workspace)).version(sha)
     if json_out:
         _print_json(commit_json(commit) if commit else None)
         return
@@ -219,19 +146,24 @@ def restore(
     The lines it takes out are remembered in memory/reverted.jsonl, so Dream does not add them
     again unless a later conversation states them.
     """
-    from hippobot.lifecycle import versions
+    from hippobot.agent.api import (
+        SHELL_HINTS,
+        commit_json,
+        format_restore,
+        format_versions,
+        restore_json,
+    )
 
-    bot = _agent(_settings(workspace))
+    api = _api(_settings(workspace))
     if sha is None:
-        found = versions.versions_data(bot.git)
+        found = api.versions()
         if json_out:
-            _print_json([versions.commit_json(v) for v in found])
+            _print_json([commit_json(v) for v in found])
         else:
-            sys.stdout.write(versions.format_versions(found, versions.SHELL_HINTS) + "\n")
+            sys.stdout.write(format_versions(found, SHELL_HINTS) + "\n")
         return
-    with _list_hint():
-        result = versions.restore_data(bot.git, sha, after_cursor=bot.memory.last_cursor())
+    result = api.restore(sha)
     if json_out:
-        _print_json(versions.restore_json(result))
+        _print_json(restore_json(result))
     else:
-        sys.stdout.write(versions.format_restore(result, sha) + "\n")
+        sys.stdout.write(format_restore(result, sha) + "\n")

@@ -9,21 +9,11 @@ from typing import Annotated, Any
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, sessions_app
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, sessions_app
 from hippobot.errors import UserError
 from hippobot.messages import Message, public_text
 
-__all__ = ["INTERNAL_PREFIXES", "public_messages"]
-
-# Sessions nanobot writes for itself (one per Dream run): not conversations a person had.
-INTERNAL_PREFIXES = ("dream:",)
-
-
-def _store(workspace):
-    from hippobot.session.manager import SessionManager
-    from hippobot.session.store import JsonlSessionStore
-
-    return SessionManager(JsonlSessionStore(_settings(workspace).workspace))
+__all__ = ["public_messages"]
 
 
 def public_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -55,21 +45,19 @@ def list_sessions(
     show_all: Annotated[bool, typer.Option("--all", help="Include nanobot's internal Dream sessions.")] = False,
 ) -> None:
     """List conversations, newest first."""
-    infos = sorted(_store(workspace).list(), key=lambda i: i.updated_at or "", reverse=True)
-    internal = [i for i in infos if i.key.startswith(INTERNAL_PREFIXES)]
-    if not show_all:
-        infos = [i for i in infos if not i.key.startswith(INTERNAL_PREFIXES)]
+    found = _api(_settings(workspace)).sessions(include_internal=show_all)
+    infos, hidden = found.shown, found.hidden
     if json_out:
         _print_json([{**asdict(i), "path": str(i.path)} for i in infos])
         return
-    if not infos and not internal:
+    if not infos and not hidden:
         sys.stdout.write("No sessions yet. Start one with `hippobot agent`.\n")
         return
     for i in infos:
         when = (i.updated_at or "")[:16].replace("T", " ")
         sys.stdout.write(f"{i.key:<28} {i.message_count:>6} msgs  {when:<16}  {i.preview}\n")
-    if internal and not show_all:
-        sys.stdout.write(f"({len(internal)} internal nanobot Dream session(s) hidden; --all shows them)\n")
+    if hidden:
+        sys.stdout.write(f"({hidden} internal nanobot Dream session(s) hidden; --all shows them)\n")
 
 
 @sessions_app.command("show")
@@ -80,10 +68,7 @@ def show_session(
     last: Annotated[int, typer.Option("--last", help="Only the last N messages (0 = all).")] = 0,
 ) -> None:
     """Show a conversation (runtime metadata stripped)."""
-    manager = _store(workspace)
-    session = manager.store.load(key)
-    if session is None:
-        raise UserError(f"no session {key!r}: see `hippobot sessions list`")
+    session = _api(_settings(workspace)).session(key)
     items = public_messages(session.messages)
     if last > 0:
         items = items[-last:]
@@ -116,9 +101,7 @@ def delete_session(
         if not sys.stdin.isatty():
             raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")
         typer.confirm(f"Delete session {key}?", abort=True)
-    deleted = asyncio.run(_store(workspace).delete(key))
-    if not deleted:
-        raise UserError(f"no session {key!r}: see `hippobot sessions list`")
+    asyncio.run(_api(_settings(workspace)).delete_session(key))
     if json_out:
         _print_json({"deleted": key})
         return

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, app
+from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, app
 
 
 @app.command()
@@ -18,11 +18,10 @@ def usage(
 ) -> None:
     """Model requests and prompt / cached / completion tokens per day and job (turns,
     consolidation, Dream), as the endpoints reported them."""
-    from hippobot.usage_ledger import UsageLedger, format_table, summarise
+    from hippobot.agent.api import format_table
 
-    ledger = UsageLedger.for_workspace(_settings(workspace).workspace)
-    rows = summarise(ledger.read(), days=days)
+    rows, path = _api(_settings(workspace)).usage(days)
     if json_out:
-        _print_json({"ledger": str(ledger.path), "rows": [r.to_dict() for r in rows]})
+        _print_json({"ledger": str(path), "rows": [r.to_dict() for r in rows]})
     else:
-        sys.stdout.write(format_table(rows, path=ledger.path) + "\n")
+        sys.stdout.write(format_table(rows, path=path) + "\n")

@@ -14,15 +14,16 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from hippobot.config.keys import KeyReport, drop_nulls, group_paths, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
-from hippobot.config.schema import Config, ProviderConfig
+from hippobot.config.schema import AgentDefaults, Config, ProviderConfig
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
 
 __all__ = [
@@ -62,19 +63,33 @@ class ModelTarget:
     extra_headers: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Settings:
+    """Everything a command runs with, resolved once by :func:`load_settings` and frozen:
+    the configuration models are frozen too, and ``env`` and ``flags`` are read-only views.
+    A variant for one run (another workspace, other defaults) is a new object:
+    ``dataclasses.replace(settings, workspace=...)`` or :meth:`with_defaults`."""
+
     home: Path
     workspace: Path
     config: Config
     config_path: Path
     env: Mapping[str, str]
-    flags: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))
+        object.__setattr__(self, "warnings", tuple(self.warnings))
 
     @property
-    def defaults(self):
+    def defaults(self) -> AgentDefaults:
         return self.config.agents.defaults
+
+    def with_defaults(self, **changes: Any) -> Settings:
+        """A copy whose ``agents.defaults`` fields (snake_case names) are replaced."""
+        return replace(self, config=_with_defaults(self.config, changes))
 
     def secrets(self) -> list[str]:
         """Every configured API key, so writers can redact them from memory and logs."""
@@ -184,18 +199,20 @@ def load_config(path: Path) -> tuple[Config, list[str]]:
         raise ConfigError(
             f"key {key}: {err['msg']}", path=str(path), line=_line_of_key(text, err["loc"])
         ) from exc
-    _apply_preset(config, path, text)
+    config = _apply_preset(config, path, text)
     _check_values(config, path, text)
     return config, key_warnings(path, walk_keys(data, Config))
 
 
-def _apply_preset(config: Config, path: Path, text: str) -> None:
+def _apply_preset(config: Config, path: Path, text: str) -> Config:
     """``modelPreset`` names an entry of ``modelPresets`` whose fields replace the defaults'
     (as in nanobot, where ``"default"`` means the fields of ``agents.defaults`` themselves).
-    A Dream ``modelOverride`` naming a preset becomes that preset's model."""
+    A Dream ``modelOverride`` naming a preset becomes that preset's model. Returns the
+    resolved copy (the configuration is frozen)."""
     defaults = config.agents.defaults
     presets = config.model_presets
     name = defaults.model_preset
+    changes: dict[str, Any] = {}
     if name and name != "default":
         preset = presets.get(name)
         if preset is None:
@@ -205,16 +222,32 @@ def _apply_preset(config: Config, path: Path, text: str) -> None:
                 f"({known})",
                 path=str(path), line=_line_of_key(text, ("modelPreset",)),
             )
-        defaults.model = preset.model
-        defaults.provider = preset.provider
-        defaults.max_tokens = preset.max_tokens
-        defaults.context_window_tokens = preset.context_window_tokens
-        defaults.temperature = preset.temperature
+        changes.update(
+            model=preset.model,
+            provider=preset.provider,
+            max_tokens=preset.max_tokens,
+            context_window_tokens=preset.context_window_tokens,
+            temperature=preset.temperature,
+        )
     dream = defaults.dream
     if dream.model_override and dream.model_override in presets:
-        dream.model_override = presets[dream.model_override].model
+        changes["dream"] = dream.model_copy(
+            update={"model_override": presets[dream.model_override].model}
+        )
     elif dream.model_override == "default":
-        dream.model_override = None
+        changes["dream"] = dream.model_copy(update={"model_override": None})
+    if not changes:
+        return config
+    return _with_defaults(config, changes)
+
+
+def _with_defaults(config: Config, changes: Mapping[str, Any]) -> Config:
+    """A copy of ``config`` with fields of ``agents.defaults`` replaced (snake_case names)."""
+    agents = config.agents
+    defaults = agents.defaults.model_copy(update=dict(changes))
+    return config.model_copy(
+        update={"agents": agents.model_copy(update={"defaults": defaults})}
+    )
 
 
 def _check_values(config: Config, path: Path, text: str) -> None:
@@ -308,7 +341,7 @@ def load_settings(
         config_path=config_path,
         env=env,
         flags=flags,
-        warnings=warnings,
+        warnings=tuple(warnings),
     )
 
 

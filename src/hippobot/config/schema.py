@@ -29,8 +29,15 @@ __all__ = [
 
 
 class _Model(BaseModel):
+    """Frozen: a loaded configuration never changes; a variant is a copy
+    (``model_copy(update=...)``, or :meth:`hippobot.config.Settings.with_defaults`)."""
+
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="allow", allow_inf_nan=False
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        allow_inf_nan=False,
+        frozen=True,
     )
 
 

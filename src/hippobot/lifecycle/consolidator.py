@@ -103,7 +103,7 @@ class Consolidator:
         budget: Budget,
         jobs: BackgroundJobs,
         workspace: Workspace,
-        idle_minutes: int = 0,
+        idle_minutes: float = 0,
         redact: Callable[[str], str] = str,
     ) -> None:
         self.sessions = sessions

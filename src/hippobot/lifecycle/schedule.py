@@ -52,7 +52,7 @@ class Schedules:
     memory: MemoryStore
     jobs: BackgroundJobs
     config: DreamConfig
-    idle_minutes: int
+    idle_minutes: float
     history_tokens: int  # the Recent History share of the budget (auto-Dream's trigger)
 
 

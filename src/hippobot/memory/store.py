@@ -99,6 +99,10 @@ class MemoryStore:
     ``known_secrets`` are exact strings (configured API keys) removed from every history
     entry in addition to the recognised token shapes. ``clock`` gives the local time used
     for new entries' timestamps.
+
+    ``read_only`` never writes: no legacy migration (:meth:`legacy_entries` shows what it
+    would bring), a garbled cursor is read as its repaired value without rewriting it, and
+    every writer of the history raises :class:`StorageError`.
     """
 
     def __init__(
@@ -108,8 +112,10 @@ class MemoryStore:
         known_secrets: Iterable[str] = (),
         clock: Callable[[], datetime] = datetime.now,
         migrate: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.workspace = Path(workspace)
+        self.read_only = read_only
         paths = Workspace(self.workspace)
         self.memory_dir = paths.memory_dir
         self.memory_path = paths.memory_md
@@ -128,7 +134,7 @@ class MemoryStore:
         # Caches of history.jsonl (parsed entries, last cursor); used under _mutex.
         self._history = HistoryReader(self.history_path, self.stats)
         self._warned_truncation = False
-        if migrate:
+        if migrate and not read_only:
             try:
                 self.migrate_legacy()
             except StorageError as exc:
@@ -161,6 +167,8 @@ class MemoryStore:
     def _locked(self) -> Iterator[None]:
         """Hold the in-process mutex and the cross-process history lock (blocking: the
         async callers reach this through ``asyncio.to_thread``)."""
+        if self.read_only:
+            raise StorageError(f"{self.history_path} was opened read-only; nothing was written")
         with self._mutex:
             try:
                 lock = locked(self.lock_path, timeout=LOCK_TIMEOUT_S)
@@ -197,6 +205,8 @@ class MemoryStore:
         value = self._read_counter(self.cursor_path)
         if value is None or isinstance(value, int):
             return value
+        if self.read_only:
+            return self._max_cursor_in_file()
         with self._locked():
             value = self._read_counter(self.cursor_path)  # another process may have fixed it
             if value is None or isinstance(value, int):
@@ -226,6 +236,8 @@ class MemoryStore:
         value = self._read_counter(self.dream_cursor_path)
         if value is None or isinstance(value, int):
             return value or 0
+        if self.read_only:
+            return 0
         with self._locked():
             value = self._read_counter(self.dream_cursor_path)
             if value is None or isinstance(value, int):
@@ -567,6 +579,18 @@ class MemoryStore:
             backup.name,
         )
         return count
+
+    def legacy_entries(self) -> list[HistoryEntry]:
+        """What :meth:`migrate_legacy` would bring over, read without writing (empty when
+        there is nothing to migrate). They count as processed, as migrated entries do."""
+        if not self.legacy_history_path.is_file() or self._history_has_content():
+            return []
+        try:
+            raw = self.legacy_history_path.read_bytes()
+            mtime = datetime.fromtimestamp(self.legacy_history_path.stat().st_mtime)
+        except OSError:
+            return []
+        return split_legacy_history(raw.decode("utf-8", errors="replace"), format_timestamp(mtime))
 
     def _history_has_content(self) -> bool:
         try:

@@ -51,7 +51,7 @@ class ModelClient:
         resolve: Callable[[], Target],
         *,
         max_tokens: int,
-        temperature: float,
+        temperature: float | None,
         fallback_name: str = "",
         provider: Provider | None = None,
         text_tool_calls: str = "auto",

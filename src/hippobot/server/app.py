@@ -17,6 +17,8 @@ Invariants:
 * A turn runs as its own task, not as part of the request. A client that disconnects does not
   cut a turn in half: the reply is still saved. Only shutdown cancels a turn, and by then the
   user's message is already on disk (``Agent.turn`` saves it before calling the model).
+  Messages go through the application API (``Api.handle``), which answers slash commands
+  itself, exactly as the terminal chat does.
 * Turns of one session are serialised by the agent's per-session lock; turns of different
   sessions run concurrently. At most ``max_queued_per_session`` turns of one session may be
   waiting at once; more get a 429.
@@ -204,10 +206,10 @@ async def chat_completions(request: Request) -> Response:
     call = parse_chat_request(await read_json(request), request.headers)
     users: Users = request.app.state.users
     scope = users.identify(request.headers)
-    agent = await users.agent(scope)
+    api = await users.api(scope)
     gate: TurnGate = request.app.state.gate
     if call.stateless:
-        task = gate.start(f"{scope}/tasks", answer_task(agent, call))
+        task = gate.start(f"{scope}/tasks", answer_task(api.agent, call))
         return await _answer_after(call, task, Reply(call), {"X-Hippobot-Stateless": "true"})
     headers = {"X-Session-Id": call.key}
     ledger: TurnLedger = request.app.state.ledger
@@ -224,7 +226,8 @@ async def chat_completions(request: Request) -> Response:
 
     async def turn() -> TurnResult:
         try:
-            return await agent.turn(call.key, call.text, on_event=queue.put_nowait,
+            # a slash command is answered by the API's router, anything else is a model turn
+            return await api.handle(call.key, call.text, on_event=queue.put_nowait,
                                     max_tokens=call.max_tokens, stop=call.stop)
         finally:
             queue.put_nowait(END)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from hippobot.agent.agent import Agent
+    from hippobot.agent.api import Api
     from hippobot.config.schema import ServeConfig
 
 __all__ = ["OWNER", "UNAUTHORIZED", "Users", "bearer_token", "request_agent"]
@@ -114,6 +115,7 @@ class Users:
                         "give each user a separate folder, so nobody's tools reach another's files"
                     )
         self._agents: dict[str, Agent] = {OWNER: owner}
+        self._apis: dict[str, Api] = {}
         self._creating: dict[str, asyncio.Task[Agent]] = {}
         self.on_new_agent: Callable[[Agent], None] | None = None
 
@@ -204,6 +206,16 @@ class Users:
             self.on_new_agent(agent)
         return agent
 
+    async def api(self, name: str) -> Api:
+        """The application API on the agent of ``name`` (what the chat endpoint calls)."""
+        from hippobot.agent.api import Api
+
+        agent = await self.agent(name)
+        api = self._apis.get(name)
+        if api is None or api.agent is not agent:
+            api = self._apis[name] = Api.for_agent(agent)
+        return api
+
     def agents(self) -> list[Agent]:
         return list(self._agents.values())
 
@@ -223,15 +235,9 @@ async def request_agent(request: Request) -> Agent:
 
 
 def _initialise(workspace: Path) -> None:
-    """Folders, template files and the versions repository, as ``hippobot onboard``."""
+    """Folders, template files and the versions repository, as ``hippobot onboard``
+    (a history that cannot be started is logged there; the chat still works)."""
     from hippobot.cli.onboard import ensure_workspace
-    from hippobot.memory.gitstore import GitStore
 
     workspace.mkdir(parents=True, exist_ok=True)
     ensure_workspace(workspace)
-    git = GitStore(workspace)
-    if not git.initialized:
-        try:
-            git.init()
-        except Exception as exc:  # versioning is optional; the chat must still work
-            log.warning("memory versioning is off for %s: %s", workspace, exc)

@@ -195,10 +195,15 @@ class JsonlSessionStore:
     Thread- and process-safe per key: every read-modify step holds the key's file lock.
     Callers must not run two operations on the *same Session object* at once (the
     :class:`~hippobot.session.manager.SessionManager` serialises them).
+
+    ``read_only`` opens the files for reading only: no lock file, no ``.corrupt`` copy, and
+    every write raises :class:`StorageError` (reading without the lock is consistent:
+    writers append whole lines in one write or replace a file atomically).
     """
 
-    def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
+    def __init__(self, workspace: Path, *, fsync: bool = False, read_only: bool = False) -> None:
         self.workspace = Path(workspace)
+        self.read_only = read_only
         self.root = self.workspace / SESSIONS_DIR
         self._paths = Workspace(self.workspace)
         self._fsync = fsync
@@ -224,6 +229,13 @@ class JsonlSessionStore:
         the lock: writers only ever append whole lines in one write, and a torn tail is skipped,
         so such a read is still consistent.
         """
+        if self.read_only:
+            if not reading:
+                raise StorageError(
+                    f"session {key} was opened read-only; nothing was written"
+                )
+            yield
+            return
         lock_path = self._paths.session_lock(key_to_relpath(key).relative_to(SESSIONS_DIR))
         stack = ExitStack()
         try:
@@ -372,6 +384,9 @@ class JsonlSessionStore:
     def _quarantine(self, path: Path, lines: Sequence[bytes]) -> None:
         """Copy unreadable lines to ``<file>.corrupt`` once each; warn once per call."""
         if not lines:
+            return
+        if self.read_only:
+            logger.warning("%s: skipped %d unreadable line(s)", path, len(lines))
             return
         target = self._corrupt_path(path)
         try:
