@@ -87,10 +87,6 @@ FRONT_END_EXCEPTIONS = {
     ("cli/onboard.py", "hippobot.memory.gitstore"),
     # the syntax of a session key, checked on the X-Session-Id header
     ("server/identity.py", "hippobot.session.keys"),
-    # the memory page's note on why search fell back to keywords (Api.search reports the
-    # same warning; the page is still to move onto it)
-    ("server/web.py", "hippobot.recall.embedders"),
-    ("server/web.py", "hippobot.recall.embeddings"),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from hippobot.agent.api import Api
 from hippobot.server.web import render_page
 from hippobot.testing.cli import run_cli
 
@@ -35,7 +36,7 @@ async def test_prompt_file_edits_are_versioned_shown_and_undoable(make_agent, sc
     system = json.dumps(scripted_model.requests[-1].messages[0])
     assert "INJECTED-RULE" in system and "ALWAYS-INJECTED" in system  # what the attack did
 
-    page = render_page(agent)
+    page = render_page(Api.for_agent(agent))
     assert "skills/pwn/SKILL.md" in page and "ALWAYS-INJECTED" in page
     assert "prompts/dream.md" in page and "INJECTED-RULE" in page
 

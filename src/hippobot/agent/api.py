@@ -257,6 +257,27 @@ class Api:
             entries = entries[-limit:]
         return HistoryView(entries, dream_cursor, read_pending_reasons(self.workspace))
 
+    def prompt_files(self) -> dict[str, str]:
+        """The other versioned files that shape the prompt (AGENTS.md, skills/, prompts/)."""
+        shown_elsewhere = {*MEMORY_FILES, "memory/.dream_cursor", ".gitignore"}
+        files = self._read().git.working_files()
+        return {rel: data.decode("utf-8", "replace") for rel, data in sorted(files.items())
+                if rel not in shown_elsewhere}
+
+    def semantic_unavailable(self) -> str | None:
+        """Why semantic recall is configured but not searching by meaning (None: it is, or
+        it is not configured)."""
+        from hippobot.recall.embedders import embedder_from_settings, semantic_configured
+        from hippobot.recall.embeddings import EmbeddingsUnavailableError
+
+        if not semantic_configured(self.settings) or self._read().recall.semantic:
+            return None
+        try:  # the reason was logged once when the index was opened; give it again
+            embedder_from_settings(self.settings)
+        except EmbeddingsUnavailableError as exc:
+            return f"semantic recall unavailable, searching by keywords only: {exc}"
+        return "semantic recall unavailable, searching by keywords only"
+
     def search(self, query: str, *, k: int = 8, explain: bool = False) -> SearchResult:
         """History, every session and the memory files, by words (and meaning, when
         ``recall.embeddings`` is configured). Syncs the derived index first; a workspace
@@ -310,6 +331,10 @@ class Api:
         from hippobot.lifecycle.versions import versions_data
 
         return versions_data(self._read().git, limit)
+
+    def versioning_state(self) -> str:
+        """"on (N versions)", "off (why)" or "not started yet (...)"."""
+        return self._read().versioning_state()
 
     def version(self, sha: str | None, hints: Hints = SHELL_HINTS) -> CommitDiff | None:
         """One version with its diff (default: the latest Dream change); ``None`` when there

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 if TYPE_CHECKING:
-    from hippobot.agent.agent import Agent
+    from hippobot.agent.api import Api
     from hippobot.memory.history import HistoryEntry
     from hippobot.recall.query import Hit
 
@@ -41,7 +41,6 @@ HISTORY_LIMIT = 200
 VERSION_LIMIT = 30
 QUERY_MAX_CHARS = 500
 SEARCH_RESULTS = 10
-_SEARCH_FILL = 64  # pending documents a search may embed first, as `memory search` does
 
 _CSS = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
@@ -66,27 +65,18 @@ def _pre(text: str) -> str:
     return f"<pre>{escape(text)}</pre>" if text.strip() else "<p class=meta>(empty)</p>"
 
 
-def _files(agent: Agent) -> _Section:
-    parts = []
-    for name, read in (
-        ("SOUL.md", agent.memory.read_soul),
-        ("USER.md", agent.memory.read_user),
-        ("memory/MEMORY.md", agent.memory.read_memory),
-    ):
-        parts.append(f"<h3>{escape(name)}</h3>{_pre(read())}")
+def _files(api: Api) -> _Section:
+    parts = [f"<h3>{escape(name)}</h3>{_pre(text)}" for name, text in api.memory_files().items()]
     return _Section("files", "Memory files", "".join(parts))
 
 
-_SHOWN_ELSEWHERE = {"SOUL.md", "USER.md", "memory/MEMORY.md", "memory/.dream_cursor", ".gitignore"}
 _PROMPT_FILE_CHARS = 20_000
 
 
-def _prompt_files(agent: Agent) -> _Section:
+def _prompt_files(api: Api) -> _Section:
     """AGENTS.md, skills/ and prompts/: they shape the prompt and are versioned too."""
-    files = {p: d for p, d in agent.git.working_files().items() if p not in _SHOWN_ELSEWHERE}
     parts = []
-    for rel, data in sorted(files.items()):
-        text = data.decode("utf-8", "replace")
+    for rel, text in api.prompt_files().items():
         if len(text) > _PROMPT_FILE_CHARS:
             text = text[:_PROMPT_FILE_CHARS] + f"\n[... {len(text) - _PROMPT_FILE_CHARS} more chars]"
         parts.append(f"<h3>{escape(rel)}</h3>{_pre(text)}")
@@ -104,14 +94,14 @@ def _entry(entry: HistoryEntry, pending: bool) -> str:
     return f"<div class=entry><div class=meta>{' · '.join(meta)}{flag}</div>{_pre(entry.content)}</div>"
 
 
-def _history(agent: Agent) -> _Section:
-    entries = agent.memory.read_history(limit=HISTORY_LIMIT)
+def _history(api: Api) -> _Section:
+    view = api.history(limit=HISTORY_LIMIT)  # Dream's archive too: the whole timeline
+    entries = view.entries
     if not entries:
         return _Section("history", "History", "<p class=meta>No history entries yet.</p>")
-    dream_cursor = agent.memory.dream_cursor()
-    pending = sum(1 for e in entries if e.cursor > dream_cursor)
+    pending = sum(1 for e in entries if view.pending(e))
     head = f"<p class=meta>{len(entries)} newest entries, {pending} pending Dream.</p>"
-    rows = "".join(_entry(e, e.cursor > dream_cursor) for e in reversed(entries))
+    rows = "".join(_entry(e, view.pending(e)) for e in reversed(entries))
     return _Section("history", "History", head + rows)
 
 
@@ -132,15 +122,17 @@ def _diff_html(diff: str) -> str:
     return "<pre>" + "\n".join(lines) + "</pre>" if lines else "<p class=meta>(no diff)</p>"
 
 
-def _versions(agent: Agent) -> _Section:
-    git = agent.git
-    if not git.initialized or not git.available:
-        why = escape(agent.versioning_state())
-        return _Section("versions", "Memory versions", f"<p class=meta>Versioning is {why}.</p>")
+def _versions(api: Api) -> _Section:
+    versions = api.versions(limit=VERSION_LIMIT)
+    if not versions:
+        state = api.versioning_state()
+        if not state.startswith("on "):
+            return _Section("versions", "Memory versions", f"<p class=meta>Versioning is {escape(state)}.</p>")
     blocks = []
-    for info in git.log(limit=VERSION_LIMIT):
+    for info in versions:
         try:
-            diff = _diff_html(git.show(info.sha).diff)
+            shown = api.version(info.sha)
+            diff = _diff_html(shown.diff if shown is not None else "")
         except Exception as exc:  # one unreadable commit must not hide the others
             diff = f"<p class=meta>diff unavailable: {escape(str(exc))}</p>"
         summary = f"<code>{escape(info.short_sha)}</code> {escape(info.time)} — {escape(info.subject)}"
@@ -215,19 +207,12 @@ def _hit_html(hit: Hit, workspace: Path, files: dict[str, list[str]], clean: Cal
     return f"<div class=entry><div class=meta>{' · '.join(meta)}</div>{_pre(clean(hit.snippet))}</div>"
 
 
-def _semantic_note(agent: Agent, warning: str | None, left: int) -> str | None:
+def _semantic_note(api: Api, warning: str | None, left: int) -> str | None:
     """Why meaning played no or only a partial part in these results, if it did not fully."""
-    from hippobot.recall.embedders import embedder_from_settings, semantic_configured
-    from hippobot.recall.embeddings import EmbeddingsUnavailableError
-
     if warning:
         return warning
-    if semantic_configured(agent.settings) and not agent.recall.semantic:
-        try:  # the reason was reported once when the index was opened; say it again here
-            embedder_from_settings(agent.settings)
-        except EmbeddingsUnavailableError as exc:
-            return f"semantic recall unavailable, searching by keywords only: {exc}"
-        return "semantic recall unavailable, searching by keywords only"
+    if unavailable := api.semantic_unavailable():
+        return unavailable
     if left:
         return (
             f"{left} documents have no vector yet and are found by their words only; "
@@ -236,26 +221,20 @@ def _semantic_note(agent: Agent, warning: str | None, left: int) -> str | None:
     return None
 
 
-def _search(agent: Agent, query: str) -> _Section:
+def _search(api: Api, query: str) -> _Section:
     """The "Search results" section: the recall index's best hits for ``query``."""
-    from hippobot.redact import redact_exact
-
     title = "Search results"
     if len(query) > QUERY_MAX_CHARS:
         return _Section("search", title, (
             f"<p class=error role=alert>The search is {len(query)} characters long; "
             f"use at most {QUERY_MAX_CHARS}.</p>"
         ))  # fmt: skip
-    secrets = agent.settings.secrets()
-
-    def clean(text: str) -> str:
-        return redact_exact(text, secrets)
+    clean = api.scrub
 
     try:
-        index = agent.recall
-        left = index.embed_pending(max_docs=_SEARCH_FILL).pending if index.semantic else 0
-        hits = index.search(query, k=SEARCH_RESULTS, explain=True)
-        note = _semantic_note(agent, index.take_semantic_warning(), left)
+        found = api.search(query, k=SEARCH_RESULTS, explain=True)
+        hits = found.hits
+        note = _semantic_note(api, found.warning, found.unembedded)
     except Exception as exc:  # a broken index must not take the rest of the page with it
         log.warning("memory page: search failed: %s", exc)
         why = clean(str(exc)) or type(exc).__name__
@@ -267,7 +246,7 @@ def _search(agent: Agent, query: str) -> _Section:
     if not hits:
         return _Section("search", title, f"{head}<p>No matches.</p>")
     files: dict[str, list[str]] = {}
-    rows = "<div class=hits>" + "".join(_hit_html(h, agent.workspace, files, clean) for h in hits) + "</div>"
+    rows = "<div class=hits>" + "".join(_hit_html(h, api.workspace, files, clean) for h in hits) + "</div>"
     many = f"{len(hits)} best matches" if len(hits) > 1 else "1 match"
     count = f"<p class=meta>{many} for “{escape(clean(query))}”.</p>"
     return _Section("search", title, head + count + rows)
@@ -281,18 +260,18 @@ def _guarded(title: str, anchor: str, build: Callable[[], _Section]) -> _Section
         return _Section(anchor, title, f"<p class=meta>could not be read: {escape(str(exc))}</p>")
 
 
-def render_page(agent: Agent, query: str | None = None) -> str:
+def render_page(api: Api, query: str | None = None) -> str:
     """The whole page as a string (blocking file and git reads: call from a thread).
 
     With a non-blank ``query`` the page starts with its search results.
     """
     query = query or ""
-    sections = [_search(agent, query.strip())] if query.strip() else []
+    sections = [_search(api, query.strip())] if query.strip() else []
     sections += [
-        _guarded("Memory files", "files", lambda: _files(agent)),
-        _guarded("Prompt files", "prompt-files", lambda: _prompt_files(agent)),
-        _guarded("History", "history", lambda: _history(agent)),
-        _guarded("Memory versions", "versions", lambda: _versions(agent)),
+        _guarded("Memory files", "files", lambda: _files(api)),
+        _guarded("Prompt files", "prompt-files", lambda: _prompt_files(api)),
+        _guarded("History", "history", lambda: _history(api)),
+        _guarded("Memory versions", "versions", lambda: _versions(api)),
     ]
     nav = "".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
     body = "".join(f'<h2 id="{s.anchor}">{escape(s.title)}</h2>{s.body}' for s in sections)
@@ -300,7 +279,7 @@ def render_page(agent: Agent, query: str | None = None) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width,initial-scale=1'>"
         f"<title>hippobot memory</title><style>{_CSS}</style></head><body>"
-        f"<h1>hippobot memory</h1><p class=meta>workspace {escape(str(agent.workspace))} · "
+        f"<h1>hippobot memory</h1><p class=meta>workspace {escape(str(api.workspace))} · "
         "read-only view</p>"
         f"{_search_form(query)}<nav>{nav}</nav>{body}</body></html>"
     )
@@ -330,8 +309,9 @@ def render_login(error: str | None = None) -> str:
 
 
 async def index(request: Request) -> HTMLResponse:
+    from hippobot.agent.api import Api
     from hippobot.server.users import request_agent  # the asking user's workspace, only
 
-    agent = await request_agent(request)
-    page = await asyncio.to_thread(render_page, agent, request.query_params.get("q"))
+    api = Api.for_agent(await request_agent(request))
+    page = await asyncio.to_thread(render_page, api, request.query_params.get("q"))
     return HTMLResponse(page, headers={"Cache-Control": "no-store"})
