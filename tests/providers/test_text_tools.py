@@ -178,6 +178,16 @@ async def test_a_written_call_is_never_streamed_to_the_user() -> None:
     assert kinds.index("ToolCallEvent") < kinds.index("Usage") < kinds.index("Finish")
 
 
+async def test_a_streamed_call_followed_by_an_imagined_result_runs_and_shows_nothing() -> None:
+    reply = (
+        '```json\n{"name": "memory_get", "arguments": {"citation": "session/cli:direct#108"}}\n```\n'
+        + "The citation points to the message in which you are working. " * 8
+    )
+    shown, (resp, _) = await run(reply)
+    assert "".join(shown) == "" and resp.text == ""
+    assert [c["function"]["name"] for c in resp.tool_calls] == ["memory_get"]
+
+
 async def test_plain_answers_stream_and_rejected_blocks_come_out_whole() -> None:
     shown, (resp, _) = await run("Your cat is called Luna.\nShe is three.")
     assert "".join(shown) == resp.text == "Your cat is called Luna.\nShe is three."

@@ -110,7 +110,11 @@ def recover_tool_calls(text: str, offered: Collection[str]) -> Recovered | None:
     start = trigger_start(text)
     if start is None:
         return None
-    before = text[:start]
+    return _recover(text[:start], text[start:], offered)
+
+
+def _recover(before: str, blocks: str, offered: Collection[str]) -> Recovered | None:
+    """``before`` (prose) then ``blocks`` (text from the first line that starts a block)."""
     if len(before.strip()) > _MAX_PROSE_BEFORE:
         return None
     # A reply that opens with a call is a call: whatever prose follows was written before any
@@ -118,7 +122,7 @@ def recover_tool_calls(text: str, offered: Collection[str]) -> Recovered | None:
     # dropped. Prose *before* a block may be an explanation around an example: there the
     # rest must be short.
     opens_with_call = not before.strip()
-    parsed = parse_blocks(text[start:], offered, any_prose_after=opens_with_call)
+    parsed = parse_blocks(blocks, offered, any_prose_after=opens_with_call)
     if parsed is None:
         return None
     calls, after = parsed
@@ -385,10 +389,7 @@ class TextToolCallProvider:
                 recovered = None
                 held = gate.rest()
                 if held and not structured:
-                    prose = "".join(gate.passed)
-                    if len(prose.strip()) <= _MAX_PROSE_BEFORE:
-                        parsed = parse_blocks(held, offered)
-                        recovered = Recovered(parsed[0], prose, parsed[1]) if parsed else None
+                    recovered = _recover("".join(gate.passed), held, offered)
                 if recovered is None:
                     if held:
                         yield TextDelta(held)
