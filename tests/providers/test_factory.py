@@ -12,14 +12,11 @@ from hippobot.providers import (
     KNOWN_ENDPOINTS,
     AnthropicProvider,
     ChatRequest,
-    OpenAICompatProvider,
     RetryingProvider,
     RetryPolicy,
     collect,
     make_provider,
 )
-from hippobot.providers.metering import MeteredProvider
-from hippobot.providers.text_tools import TextToolCallProvider
 
 REQUEST = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 
@@ -47,6 +44,21 @@ def test_known_endpoints_are_data():
     assert KNOWN_ENDPOINTS["anthropic"] is None
 
 
+def chain(provider) -> list[str]:
+    """The wrappers from the outside in, ending with the endpoint adapter."""
+    names = []
+    while provider is not None:
+        names.append(type(provider).__name__)
+        provider = getattr(provider, "inner", None)
+    return names
+
+
+def adapter(provider):
+    while getattr(provider, "inner", None) is not None:
+        provider = provider.inner
+    return provider
+
+
 def test_make_provider_wraps_the_adapter_in_the_retry_policy():
     policy = RetryPolicy(max_attempts=2)
     openai = make_provider(
@@ -55,8 +67,9 @@ def test_make_provider_wraps_the_adapter_in_the_retry_policy():
     claude = make_provider("anthropic", api_key="k", api_base=None)
 
     assert isinstance(openai, RetryingProvider) and openai.policy is policy
-    assert isinstance(openai.inner, OpenAICompatProvider)
-    assert isinstance(claude, RetryingProvider) and isinstance(claude.inner, AnthropicProvider)
+    # every reply is cleaned of a copied runtime-context block (providers/echo.py)
+    assert chain(openai) == ["RetryingProvider", "RuntimeEchoFilter", "OpenAICompatProvider"]
+    assert chain(claude) == ["RetryingProvider", "RuntimeEchoFilter", "AnthropicProvider"]
     assert claude.policy == RetryPolicy()
 
 
@@ -64,19 +77,20 @@ def test_a_known_name_supplies_the_base_url():
     local = make_provider("openai", api_key="", api_base=None, name="ollama")
 
     assert local.name == "ollama"
-    assert isinstance(local.inner, TextToolCallProvider)  # local servers: written calls recovered
-    assert local.inner.inner.api_base == "http://localhost:11434/v1"
+    assert "TextToolCallProvider" in chain(local)  # local servers: written calls recovered
+    assert adapter(local).api_base == "http://localhost:11434/v1"
 
 
 def test_text_tool_calls_follow_the_setting_and_usage_is_metered(tmp_path):
     from hippobot.usage_ledger import UsageLedger
 
     remote = make_provider("openai", api_key="k", api_base=None)
-    assert isinstance(remote.inner, OpenAICompatProvider)
+    assert "TextToolCallProvider" not in chain(remote)
     forced = make_provider("openai", api_key="k", api_base=None, text_tool_calls="on")
-    assert isinstance(forced.inner, TextToolCallProvider)
+    assert "TextToolCallProvider" in chain(forced)
     metered = make_provider("anthropic", api_key="k", api_base=None, usage=UsageLedger(tmp_path / "u.jsonl"))
-    assert isinstance(metered.inner, MeteredProvider) and isinstance(metered.inner.inner, AnthropicProvider)
+    assert chain(metered) == ["RetryingProvider", "MeteredProvider", "RuntimeEchoFilter", "AnthropicProvider"]
+    assert isinstance(adapter(metered), AnthropicProvider)
 
 
 def test_unknown_kind_is_refused():

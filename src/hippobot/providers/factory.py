@@ -11,6 +11,7 @@ from typing import Literal
 
 from hippobot.providers.anthropic import AnthropicProvider
 from hippobot.providers.base import ChatRequest, Provider
+from hippobot.providers.echo import RuntimeEchoFilter
 from hippobot.providers.metering import MeteredProvider, UsageSink
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
@@ -48,7 +49,8 @@ def make_provider(
 ) -> Provider:
     """A ready provider: the ``kind`` adapter inside a :class:`RetryingProvider`.
 
-    Between them, optionally: :class:`TextToolCallProvider` (tool calls written as text become
+    Between them: :class:`RuntimeEchoFilter` (a copy of the runtime-context block is taken out
+    of the reply), and optionally :class:`TextToolCallProvider` (tool calls written as text become
     real calls; ``text_tool_calls`` is ``auto`` (local endpoints only), ``on`` or ``off``) and
     :class:`MeteredProvider` (every attempt recorded to ``usage``; ``estimate`` counts the
     prompt of a request whose endpoint reported no usage).
@@ -70,6 +72,7 @@ def make_provider(
         )
     else:
         raise ValueError(f"unknown provider kind {kind!r}: expected 'openai' or 'anthropic'")
+    adapter = RuntimeEchoFilter(adapter)
     if text_tools_enabled(text_tool_calls, provider=label if kind == "openai" else kind, api_base=base):
         adapter = TextToolCallProvider(adapter)
     if usage is not None:
