@@ -188,6 +188,14 @@ async def test_a_streamed_call_followed_by_an_imagined_result_runs_and_shows_not
     assert [c["function"]["name"] for c in resp.tool_calls] == ["memory_get"]
 
 
+async def test_empty_tool_markup_is_never_shown() -> None:
+    # Qwen2.5-Coder-1.5B behind llama.cpp answered a question with exactly this.
+    shown, (resp, _) = await run("<tools>\n\n</tools>\n")
+    assert "".join(shown) == "" and resp.text == "" and not resp.tool_calls
+    shown, (resp, _) = await run("The answer is 4.\n<tool_call>\n</tool_call>")
+    assert resp.text.strip() == "The answer is 4."
+
+
 async def test_plain_answers_stream_and_rejected_blocks_come_out_whole() -> None:
     shown, (resp, _) = await run("Your cat is called Luna.\nShe is three.")
     assert "".join(shown) == resp.text == "Your cat is called Luna.\nShe is three."

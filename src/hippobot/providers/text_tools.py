@@ -61,7 +61,12 @@ __all__ = [
 TextToolMode = Literal["auto", "on", "off"]
 
 # A line whose first non-blank characters are one of these may start a written tool call.
-_TRIGGERS = ("```", "~~~", "{", "[", "<tool_call>", "<function=", "<|python_tag|>")
+_TRIGGERS = (
+    "```", "~~~", "{", "[", "<tool_call>", "<function=", "<|python_tag|>", "<tools>", "<tool_response>"
+)
+# Empty tool markup and nothing else: a chat-template artefact (Qwen2.5 behind llama.cpp
+# answered "<tools>\n\n</tools>"), never something to show the user.
+_EMPTY_MARKUP = re.compile(r"\A\s*(?:<(tools|tool_call|tool_response)>\s*</\1>\s*)+\Z")
 _MAX_PROSE_BEFORE = 400  # "Let me look that up." is fine; an essay around an example is not
 _MAX_PROSE_AFTER = 200
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
@@ -391,7 +396,7 @@ class TextToolCallProvider:
                 if held and not structured:
                     recovered = _recover("".join(gate.passed), held, offered)
                 if recovered is None:
-                    if held:
+                    if held and not _EMPTY_MARKUP.match(held):
                         yield TextDelta(held)
                     if usage is not None:
                         yield usage
