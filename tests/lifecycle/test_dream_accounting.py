@@ -201,6 +201,12 @@ def test_the_model_cannot_decline_a_fact_the_user_asked_to_keep():
     [work, volvo] = account(facts, {}, {}, rejections=rejections)
     assert work.status == "missing" and not work.accounted
     assert (volvo.status, volvo.reason) == ("rejected", "not lasting")
+    # ... unless the user came back to it later in the batch
+    moved = [Fact(1, "permanent", "User said: I live in Tokyo"),
+             Fact(3, "permanent", "User said: Correction: I live in Osaka now, not in Tokyo")]
+    [tokyo, _osaka] = account(moved, {}, {"USER.md": "- Lives in Osaka, not in Tokyo\n"},
+                             rejections=[("User said: I live in Tokyo", "superseded by the correction")])
+    assert (tokyo.status, tokyo.reason) == ("rejected", "superseded by the correction")
 
 
 async def test_a_declined_permanent_fact_stays_pending_and_in_the_prompt(make_agent, scripted_model):

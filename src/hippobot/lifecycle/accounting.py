@@ -5,9 +5,10 @@ A Dream batch may only move the cursor past its entries when each ``[permanent]`
 
 ``written``   a memory file now states it (file and line),
 ``known``     a memory file already stated it before the batch (where),
-``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``; never a
-              ``[permanent]`` fact, which the user asked to keep), a later correction
-              supersedes it, or the user reverted it (``do_not_readd``).
+``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``; a
+              ``[permanent]`` fact, which the user asked to keep, only when a later line of
+              the batch comes back to it), a later correction supersedes it, or the user
+              reverted it (``do_not_readd``).
 
 Anything else is ``missing``, and a correction whose old value some file still states as
 current is ``stale``: both keep the batch pending.
@@ -18,6 +19,7 @@ a text edit format, a person), so every way of editing is accounted the same way
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -98,6 +100,25 @@ def _superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
     return None
 
 
+_COMMON = frozenset(
+    ["user", "said", "that", "this", "with", "have", "from", "about", "what", "when", "where", "which", "there", "their", "they", "them", "please", "remember", "would", "could", "should", "been", "were", "will", "your", "just", "also", "like", "very", "really"]
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]{4,}", text.lower()) if w not in _COMMON}
+
+
+def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
+    """Whether a later fact of the batch mentions a word of ``fact`` again."""
+    words = _words(fact.claim)
+    return any(
+        later is not fact and later.cursor >= fact.cursor and facts.index(later) > facts.index(fact)
+        and words & _words(later.text)
+        for later in facts
+    )
+
+
 def _rejection(fact: Fact, rejections: Sequence[tuple[str, str]]) -> str | None:
     for text, reason in rejections:
         if states(text, fact.claim):
@@ -125,9 +146,11 @@ def account(
             continue
         now = find_statement(fact.claim, after.items(), loose=loose)
         if now is None:
-            # The user asked for a [permanent] fact to be kept: the model may not decline it
-            # (a small model "skipped" "I work at Initech as a nurse" and it was gone).
-            reason = None if fact.kind == "permanent" else _rejection(fact, rejections)
+            # The user asked for a [permanent] fact to be kept: the model may decline it only
+            # when a later line of the batch comes back to it (a correction, a retraction),
+            # not on its own say-so (a small model "skipped" "I work at Initech as a nurse").
+            declinable = fact.kind != "permanent" or _revisited(fact, facts)
+            reason = _rejection(fact, rejections) if declinable else None
             if reason is not None:
                 outcomes.append(Outcome(fact, "rejected", reason=reason))
             else:
