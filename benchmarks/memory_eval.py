@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
@@ -386,10 +386,17 @@ async def run_scenario(
     return result
 
 
-async def run_eval(
-    opts: EvalOptions, progress: Callable[[list[ScenarioResult]], None] | None = None
+async def play_scenarios(
+    names: Sequence[str],
+    keep: Path | None,
+    prefix: str,
+    play: Callable[[Scenario, Path, Callable[[ScenarioResult], None]], Awaitable[ScenarioResult]],
+    progress: Callable[[list[ScenarioResult]], None] | None = None,
 ) -> list[ScenarioResult]:
-    root = Path(tempfile.mkdtemp(prefix="hippobot-eval-")) if opts.keep is None else opts.keep
+    """``play`` each named scenario under one root (``keep``, else a temporary folder removed
+    afterwards); ``progress`` sees the results so far after every case. Shared by the hippobot
+    and the nanobot evaluation."""
+    root = Path(tempfile.mkdtemp(prefix=prefix)) if keep is None else keep
     root.mkdir(parents=True, exist_ok=True)
     results: list[ScenarioResult] = []
 
@@ -398,21 +405,49 @@ async def run_eval(
             progress([*results, current])
 
     try:
-        for name in opts.scenarios:
-            scenario = SCENARIOS[name]
-            if opts.target == "scripted":
-                from hippobot.testing.server import ScriptedServer
-
-                model = ScriptedModel()
-                model.fallback = oracle(scenario)
-                with ScriptedServer(model) as server:
-                    results.append(await run_scenario(scenario, opts, root, server.base_url, partial))
-            else:
-                results.append(await run_scenario(scenario, opts, root, None, partial))
+        for name in names:
+            results.append(await play(SCENARIOS[name], root, partial))
     finally:
-        if opts.keep is None:
+        if keep is None:
             shutil.rmtree(root, ignore_errors=True)
     return results
+
+
+def results_writer(out: Path, meta: dict[str, Any]) -> Callable[..., None]:
+    """``write(results, done=...)``: the JSON results file, replaced whole on every call, with
+    ``meta`` plus whether the run is complete, when it started and how long it has taken."""
+    started, started_at = time.monotonic(), datetime.now().astimezone().isoformat(timespec="seconds")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(results: list[ScenarioResult], *, done: bool) -> None:
+        data = {
+            "meta": {**meta, "complete": done, "started": started_at,
+                     "wall_s": round(time.monotonic() - started, 1)},
+            "scenarios": [r.to_dict() for r in results],
+        }
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(out)
+
+    return write
+
+
+async def run_eval(
+    opts: EvalOptions, progress: Callable[[list[ScenarioResult]], None] | None = None
+) -> list[ScenarioResult]:
+    async def play(
+        scenario: Scenario, root: Path, partial: Callable[[ScenarioResult], None]
+    ) -> ScenarioResult:
+        if opts.target != "scripted":
+            return await run_scenario(scenario, opts, root, None, partial)
+        from hippobot.testing.server import ScriptedServer
+
+        model = ScriptedModel()
+        model.fallback = oracle(scenario)
+        with ScriptedServer(model) as server:
+            return await run_scenario(scenario, opts, root, server.base_url, partial)
+
+    return await play_scenarios(opts.scenarios, opts.keep, "hippobot-eval-", play, progress)
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -488,23 +523,11 @@ def main(argv: list[str] | None = None) -> int:
         "endpoint": f"{opts.model} at {opts.endpoint}",
         "settings": "the endpoint of the usual settings",
     }[opts.target] + f", textToolCalls={opts.text_tool_calls}"
-    started, started_at = time.monotonic(), datetime.now().astimezone().isoformat(timespec="seconds")
-    out.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(results: list[ScenarioResult], *, done: bool) -> None:
-        data = {
-            "meta": {
-                "target": opts.target, "endpoint": opts.endpoint, "model": opts.model, "label": label,
-                "text_tool_calls": opts.text_tool_calls, "context_window": opts.context_window,
-                "max_tokens": opts.max_tokens, "complete": done,
-                "started": started_at,
-                "wall_s": round(time.monotonic() - started, 1),
-            },
-            "scenarios": [r.to_dict() for r in results],
-        }
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(out)
+    write = results_writer(out, {
+        "target": opts.target, "endpoint": opts.endpoint, "model": opts.model, "label": label,
+        "text_tool_calls": opts.text_tool_calls, "context_window": opts.context_window,
+        "max_tokens": opts.max_tokens,
+    })
 
     try:
         results = asyncio.run(run_eval(opts, lambda partial: write(partial, done=False)))

@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,8 @@ from benchmarks.memory_eval import (
     archive_lines,
     archived_facts,
     format_table,
+    play_scenarios,
+    results_writer,
     superseded_by_correction,
 )
 from benchmarks.memory_eval_scenarios import SCENARIOS, Scenario
@@ -430,30 +431,19 @@ async def run_scenario(
 async def run_eval(
     opts: NanobotOptions, progress: Callable[[list[ScenarioResult]], None] | None = None
 ) -> list[ScenarioResult]:
-    root = Path(tempfile.mkdtemp(prefix="nanobot-eval-")) if opts.keep is None else opts.keep
-    root.mkdir(parents=True, exist_ok=True)
-    results: list[ScenarioResult] = []
+    async def play(
+        scenario: Scenario, root: Path, partial: Callable[[ScenarioResult], None]
+    ) -> ScenarioResult:
+        if opts.target != "scripted":
+            return await run_scenario(scenario, opts, root, opts.endpoint or "", partial)
+        from hippobot.testing import ScriptedModel, ScriptedServer
 
-    def partial(current: ScenarioResult) -> None:
-        if progress is not None:
-            progress([*results, current])
+        model = ScriptedModel()
+        model.fallback = nanobot_oracle(scenario, root / scenario.name / ".nanobot" / "workspace")
+        with ScriptedServer(model) as server:
+            return await run_scenario(scenario, opts, root, server.base_url, partial)
 
-    try:
-        for name in opts.scenarios:
-            scenario = SCENARIOS[name]
-            if opts.target == "scripted":
-                from hippobot.testing import ScriptedModel, ScriptedServer
-
-                model = ScriptedModel()
-                model.fallback = nanobot_oracle(scenario, root / name / ".nanobot" / "workspace")
-                with ScriptedServer(model) as server:
-                    results.append(await run_scenario(scenario, opts, root, server.base_url, partial))
-            else:
-                results.append(await run_scenario(scenario, opts, root, opts.endpoint or "", partial))
-    finally:
-        if opts.keep is None:
-            shutil.rmtree(root, ignore_errors=True)
-    return results
+    return await play_scenarios(opts.scenarios, opts.keep, "nanobot-eval-", play, progress)
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -515,22 +505,11 @@ def main(argv: list[str] | None = None) -> int:
     version = nanobot_version(opts.nanobot)
     target = "scripted model (a perfect archivist over HTTP)" if opts.target == "scripted" else f"{opts.model} at {opts.endpoint}"
     label = f"nanobot {version or '?'} — {target}, contextWindowTokens={opts.context_window}"
-    started, started_at = time.monotonic(), datetime.now().astimezone().isoformat(timespec="seconds")
-    out.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(results: list[ScenarioResult], *, done: bool) -> None:
-        data = {
-            "meta": {
-                "agent": "nanobot", "nanobot_version": version, "target": opts.target, "endpoint": opts.endpoint,
-                "model": opts.model, "label": label, "context_window": opts.context_window,
-                "max_tokens": opts.max_tokens, "simulated_days": False, "note": NO_SIM_DAYS,
-                "complete": done, "started": started_at, "wall_s": round(time.monotonic() - started, 1),
-            },
-            "scenarios": [r.to_dict() for r in results],
-        }
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(out)
+    write = results_writer(out, {
+        "agent": "nanobot", "nanobot_version": version, "target": opts.target, "endpoint": opts.endpoint,
+        "model": opts.model, "label": label, "context_window": opts.context_window,
+        "max_tokens": opts.max_tokens, "simulated_days": False, "note": NO_SIM_DAYS,
+    })
 
     results = asyncio.run(run_eval(opts, lambda partial: write(partial, done=False)))
     write(results, done=True)

@@ -13,7 +13,7 @@ BLOCK = f"{RUNTIME_CONTEXT_HEADER}\nCurrent Time: 2026-12-01 10:00 (Tuesday)\nCh
 def through(text: str, size: int) -> str:
     gate = EchoGate()
     out = [gate.feed(text[i : i + size]) for i in range(0, len(text), size)]
-    return "".join(out) + gate.finish()
+    return "".join(out) + gate.flush()
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 1000])

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from hippobot.messages import RUNTIME_CONTEXT_FOOTER, RUNTIME_CONTEXT_HEADER
-from hippobot.providers.base import ChatRequest, Finish, Provider, Restart, StreamEvent, TextDelta
+from hippobot.providers.base import ChatRequest, Provider, Restart, StreamEvent, TextDelta
 
 __all__ = ["EchoGate", "RuntimeEchoFilter"]
 
@@ -80,17 +80,14 @@ class EchoGate:
         return "".join(out)
 
     def flush(self) -> str:
-        """Text held only because it could start the header (another event is coming)."""
+        """Text held only because it could start the header, released (another event or the
+        end is coming); nothing while inside a copied block."""
         if self.inside:
             return ""
         out: list[str] = []
         self._emit(self.pending, out)
         self.pending = ""
         return "".join(out)
-
-    def finish(self) -> str:
-        """What is still held at the end: released unless it is inside a copied block."""
-        return self.flush()
 
 
 class RuntimeEchoFilter:
@@ -114,7 +111,7 @@ class RuntimeEchoFilter:
             if isinstance(ev, Restart):
                 gate = EchoGate()
             else:  # held text goes out before any other event, so the order stays as it was
-                rest = gate.finish() if isinstance(ev, Finish) else gate.flush()
+                rest = gate.flush()
                 if rest:
                     yield TextDelta(rest)
             yield ev

@@ -143,6 +143,10 @@ class OpenAICompatProvider:
     ) -> None:
         self.name = name
         self.api_base = (api_base or DEFAULT_OPENAI_BASE).rstrip("/")
+        host = urlsplit(self.api_base).hostname or ""
+        self._max_tokens_key = (
+            "max_completion_tokens" if host in _USES_MAX_COMPLETION_TOKENS else "max_tokens"
+        )
         self._api_key = api_key or _PLACEHOLDER_KEY
         self._extra_headers = dict(extra_headers or {})
         self._timeout = timeout
@@ -173,9 +177,7 @@ class OpenAICompatProvider:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        host = urlsplit(self.api_base).hostname or ""
-        key = "max_completion_tokens" if host in _USES_MAX_COMPLETION_TOKENS else "max_tokens"
-        params[key] = request.max_tokens
+        params[self._max_tokens_key] = request.max_tokens
         if request.tools:
             params["tools"] = request.tools
             params["tool_choice"] = request.tool_choice
