@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
 from hippobot.errors import ProviderError
 from hippobot.loop.events import ToolStarted
@@ -200,3 +201,30 @@ async def test_the_same_conversation_works_through_the_anthropic_api(hippobot_ho
     assert raw["system"][0]["cache_control"] == {"type": "ephemeral"}
     kinds = [b.get("type") for m in raw["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])]
     assert "tool_use" in kinds and "tool_result" in kinds
+
+
+@pytest.mark.parametrize("bad_line", [
+    {"role": "assistant", "content": None, "tool_calls": [5]},
+    {"role": "assistant", "content": "x", "tool_calls": [{"id": 5, "function": [1]}]},
+    {"role": "tool", "tool_call_id": 7, "content": "result"},
+])
+async def test_a_malformed_tool_call_line_is_set_aside_and_the_chat_goes_on(
+    make_agent, scripted_model, bad_line
+):
+    """A session line with a tool call no endpoint accepts would make every later request
+    fail; it is quarantined like any unreadable line, and the model never sees it."""
+    agent = make_agent()
+    scripted_model.reply("Noted.").reply("Still here.")
+    await agent.turn("cli:direct", "I like tea")
+    path = agent.workspace / key_to_relpath("cli:direct")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(bad_line) + "\n")
+
+    later = Agent(agent.settings)  # the next start reads the file as it is on disk
+    later.retry_policy = agent.retry_policy
+    result = await later.turn("cli:direct", "Are you there?")
+
+    assert result.reply == "Still here."
+    sent = json.dumps(scripted_model.requests[-1].messages)
+    assert "I like tea" in sent and '"tool_calls": [5]' not in sent and '"tool_call_id": 7' not in sent
+    assert bad_line in [json.loads(x) for x in path.with_name(path.name + ".corrupt").read_text().splitlines()]

@@ -81,7 +81,8 @@ def test_lines_the_reader_rejects_do_not_shift_or_break_search(tmp_path: Path) -
         b'{"role":"user","content":"first question about zebras"}',
         b'{"role":"narrator","content":"meanwhile, elsewhere"}',
         b'{"role":"assistant","content":12345}',
-        b'{"role":"assistant","content":"zebras have stripes","tool_calls":7}',
+        b'{"role":"assistant","content":"lions roar","tool_calls":7}',
+        b'{"role":"assistant","content":"zebras have stripes","tool_calls":null}',
         b'{"role":"user","content":"and giraffes?"}',
     ]
     _write(tmp_path, lines)
@@ -97,6 +98,7 @@ def test_lines_the_reader_rejects_do_not_shift_or_break_search(tmp_path: Path) -
             expected = next(n for c, n in numbers.items() if text in c)
             assert cited.number == expected
         assert index.search("meanwhile") == []  # a quarantined line is not a message
+        assert index.search("lions") == []  # nor is one whose tool calls no endpoint takes
     finally:
         index.close()
 

@@ -1,15 +1,10 @@
 """Child processes of the reliability suite: workers that chat, consolidate and dream.
 
-Run by path: ``python tests/reliability/child_driver.py zygote``. Importing hippobot and the
-provider SDKs takes seconds, far longer than the instants we want to kill a worker at, so a
-*zygote* process imports everything once and then forks a fresh worker per request. The
-zygote never starts a thread or an event loop, so a fork is a clean copy. Protocol, one JSON
-object per line:
-
-* zygote → test, at start: ``{"ready": true}``
-* ``{"cmd": "spawn", "args": {...}}`` → ``{"pid": 123}`` (the worker runs :func:`worker`)
-* ``{"cmd": "wait", "pid": 123}`` → ``{"pid": 123, "code": 0 | null, "signal": 9 | null}``
-* ``{"cmd": "exit"}`` or end of input: the zygote exits.
+Workers are forked from a :class:`hippobot.testing.forkserver.ForkServer` (see the
+reliability conftest): importing hippobot and the provider SDKs takes far longer than the
+instants we want to kill a worker at, so the server runs :func:`warm_up` once and then
+forks a worker per request that runs :func:`worker`. ``python child_driver.py ARGS_JSON``
+runs one worker in the foreground.
 
 A worker appends what it does to a *journal* (``journal.jsonl`` in its home, one
 ``os.write`` per line, so a kill never tears a line): ``start`` before an operation and
@@ -194,7 +189,7 @@ def worker(args: dict[str, Any]) -> int:
     return 0
 
 
-def _preload() -> None:
+def warm_up() -> None:
     """Run one throwaway worker, so that every lazy import and cache a worker needs is
     loaded before the first fork and a forked worker starts in milliseconds.
 
@@ -229,59 +224,5 @@ def _preload() -> None:
     raise RuntimeError(f"threads left after the warm-up: {threading.enumerate()}")
 
 
-def _spawn(args: dict[str, Any]) -> int:
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 70
-    try:
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        err = os.open(args["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(err, 2)
-        sys.stdin = open(os.devnull)  # noqa: SIM115
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        sys.stderr = os.fdopen(2, "w", buffering=1)
-        code = worker(args)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _wait(pid: int) -> dict[str, Any]:
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return {"pid": pid, "code": None, "signal": os.WTERMSIG(status)}
-    return {"pid": pid, "code": os.WEXITSTATUS(status), "signal": None}
-
-
-def zygote() -> None:
-    _preload()
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["cmd"] == "spawn":
-            reply: dict[str, Any] = {"pid": _spawn(request["args"])}
-        elif request["cmd"] == "wait":
-            reply = _wait(int(request["pid"]))
-        else:
-            return
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-
-
 if __name__ == "__main__":
-    if sys.argv[1:] == ["zygote"]:
-        zygote()
-    else:
-        sys.exit(worker(json.loads(sys.argv[1])))
+    sys.exit(worker(json.loads(sys.argv[1])))

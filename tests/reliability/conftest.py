@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +12,7 @@ import pytest
 from hippobot.cli.onboard import onboard
 from hippobot.config import load_settings
 from hippobot.memory.gitstore import GitStore
+from hippobot.testing.forkserver import ForkServer
 from hippobot.testing.server import ScriptedServer
 
 from .child_driver import API_KEY, MEMORY_SEED, write_config
@@ -24,45 +22,23 @@ DRIVER = Path(__file__).with_name("child_driver.py")
 
 
 class Zygote:
-    """A process that forks workers on request (see child_driver.py)."""
+    """Workers forked on request from a :class:`ForkServer` that ran one warm-up worker, so
+    a worker starts in milliseconds (see child_driver.py)."""
 
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(DRIVER), "zygote"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-        )
-        assert self._read() == {"ready": True}
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the zygote exited (code {self.proc.wait()})")
-        return json.loads(line)
-
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
+        self.forks = ForkServer(f"{DRIVER}:warm_up", env=env)
 
     def spawn(self, **args: Any) -> int:
-        return int(self._ask({"cmd": "spawn", "args": args})["pid"])
+        return self.forks.spawn(f"{DRIVER}:worker", args, stderr=args.get("stderr"))
 
     def wait(self, pid: int) -> dict[str, Any]:
-        return self._ask({"cmd": "wait", "pid": pid})
+        status = self.forks.wait(pid)
+        return {"pid": pid, "code": status.code, "signal": status.signal}
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.forks.close()
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,15 @@ import random
 import signal
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .harness import check_workspace, read_journal
+from .harness import Findings, check_workspace, read_journal
 
 SEED = int(os.environ.get("RELIABILITY_SEED", "20260403"))
 WORKSPACES = int(os.environ.get("RELIABILITY_WORKSPACES", "10"))
 KILLS_PER_WORKSPACE = 20
+CONCURRENT_WORKSPACES = 4
 KEYS = ["cli:direct", "telegram:ada/42"]
 
 
@@ -41,42 +43,51 @@ def _stderr(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
+def _kill_repeatedly(zygote, server, home: Path, name: str) -> tuple[Counter[str], Findings]:
+    """One workspace: KILLS_PER_WORKSPACE workers killed at random instants, each followed
+    by a check of the files, then the settling start. Returns where the kills landed."""
+    rng = random.Random(f"{SEED}-{name}")
+    where: Counter[str] = Counter()
+    workspace = home / "workspace"
+    err = home / "worker.err"
+    for run in range(KILLS_PER_WORKSPACE):
+        pid = zygote.spawn(mode="chaos", home=str(home), base_url=server.base_url, seed=SEED,
+                           name=name, run=run, keys=KEYS, stderr=str(err))
+        time.sleep(rng.uniform(0.0, 0.6))
+        os.kill(pid, signal.SIGKILL)
+        status = zygote.wait(pid)
+        assert status["signal"] == signal.SIGKILL, (
+            f"worker {name} run {run} ended by itself ({status}):\n{_stderr(err)}"
+        )
+        journal = read_journal(home)
+        where[_where(journal, name, run)] += 1
+        found = check_workspace(workspace, journal)
+        assert not found.problems, (
+            f"after kill {run} of {name} (seed {SEED}):\n" + "\n".join(found.problems)
+        )
+    pid = zygote.spawn(mode="settle", home=str(home), base_url=server.base_url, seed=SEED,
+                       name=name, run="settle", keys=KEYS, stderr=str(err))
+    status = zygote.wait(pid)
+    assert status["code"] == 0, f"the start after the last kill failed:\n{_stderr(err)}"
+    found = check_workspace(workspace, read_journal(home), settled=True)
+    assert not found.problems, f"after settling {name}:\n" + "\n".join(found.problems)
+    return where, found
+
+
 def test_kill_at_random_instants_loses_nothing(zygote, workspace_model, make_home):
     model, server = workspace_model
-    rng = random.Random(SEED)
-    where: Counter[str] = Counter()
-    kills = turns = entries = facts = 0
-    for w in range(WORKSPACES):
-        home = make_home(f"w{w}")
-        workspace = home / "workspace"
-        name = f"w{w}"
-        err = home / "worker.err"
-        for run in range(KILLS_PER_WORKSPACE):
-            pid = zygote.spawn(mode="chaos", home=str(home), base_url=server.base_url, seed=SEED,
-                               name=name, run=run, keys=KEYS, stderr=str(err))
-            time.sleep(rng.uniform(0.0, 0.6))
-            os.kill(pid, signal.SIGKILL)
-            status = zygote.wait(pid)
-            assert status["signal"] == signal.SIGKILL, (
-                f"worker {name} run {run} ended by itself ({status}):\n{_stderr(err)}"
-            )
-            kills += 1
-            journal = read_journal(home)
-            where[_where(journal, name, run)] += 1
-            found = check_workspace(workspace, journal)
-            assert not found.problems, (
-                f"after kill {run} of {name} (seed {SEED}):\n" + "\n".join(found.problems)
-            )
-        pid = zygote.spawn(mode="settle", home=str(home), base_url=server.base_url, seed=SEED,
-                           name=name, run="settle", keys=KEYS, stderr=str(err))
-        status = zygote.wait(pid)
-        assert status["code"] == 0, f"the start after the last kill failed:\n{_stderr(err)}"
-        journal = read_journal(home)
-        found = check_workspace(workspace, journal, settled=True)
-        assert not found.problems, f"after settling {name}:\n" + "\n".join(found.problems)
-        turns += found.completed_turns
-        entries += found.history_entries
-        facts += found.facts
+    homes = {f"w{w}": make_home(f"w{w}") for w in range(WORKSPACES)}
+    # Workspaces are independent, so several are killed at once: the kills are as many and
+    # as random, the waiting between them overlaps.
+    with ThreadPoolExecutor(CONCURRENT_WORKSPACES) as pool:
+        runs = [pool.submit(_kill_repeatedly, zygote, server, home, name)
+                for name, home in homes.items()]
+        results = [run.result() for run in runs]
+    where: Counter[str] = sum((w for w, _ in results), Counter())
+    kills = sum(where.values())
+    turns = sum(found.completed_turns for _, found in results)
+    entries = sum(found.history_entries for _, found in results)
+    facts = sum(found.facts for _, found in results)
     assert not model.violations, "illegal requests reached the model:\n" + "\n".join(
         model.violations[:20]
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hippobot.agent.agent import Agent
+from hippobot.testing.cli import run_cli as shared_run_cli
 from hippobot.testing.server import ScriptedServer
 
 from .conftest import API_KEY
@@ -36,11 +37,7 @@ TIMEOUT = 30  # seconds; each command takes one or two when nothing hangs
 
 
 def run_cli(args: list[str], home: Path, server: ScriptedServer) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
-    env.update(HIPPOBOT_HOME=str(home), HIPPOBOT_MODEL="scripted-model",
-               HIPPOBOT_API_BASE=server.base_url, HIPPOBOT_API_KEY=API_KEY)
-    return subprocess.run([sys.executable, "-m", "hippobot", *args], capture_output=True,
-                          text=True, env=env, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    return shared_run_cli(args, home, server, timeout=TIMEOUT, HIPPOBOT_API_KEY=API_KEY)
 
 
 def _deep_json(depth: int = 200_000) -> str:

@@ -6,6 +6,7 @@ body or the ``X-Session-Id`` header; it retries through the openai SDK (twice by
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -14,15 +15,21 @@ import pytest
 
 from .serving import session_messages
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download at import
-litellm = pytest.importorskip("litellm", reason="litellm is in the 'clients' extra")
-litellm.telemetry = False
+
+@functools.cache
+def _litellm() -> Any:
+    """litellm, imported by the first test that needs it (importing it takes seconds, which
+    every test worker would otherwise pay while merely collecting this file)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download at import
+    module = pytest.importorskip("litellm", reason="litellm is in the 'clients' extra")
+    module.telemetry = False
+    return module
 
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
 
 
 def complete(srv, text: str, *, api_key: str = "unused", **kw: Any):
-    return litellm.completion(
+    return _litellm().completion(
         model="openai/hippobot", api_base=srv.base_url, api_key=api_key,
         messages=[{"role": "user", "content": text}], **kw,
     )
@@ -33,7 +40,7 @@ def test_litellm_retries_of_an_upstream_failure_store_one_copy(serve, scripted_m
     for _ in range(4):
         scripted_model.fail(500)
 
-    with pytest.raises(litellm.exceptions.BadGatewayError) as failed:
+    with pytest.raises(_litellm().exceptions.BadGatewayError) as failed:
         complete(srv, "Remember the boat is Wren.", extra_body={"session_id": "boat"})
 
     assert failed.value.status_code == 502

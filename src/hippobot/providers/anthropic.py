@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hippobot.errors import ProviderError
 from hippobot.messages import content_text
 from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient
+from hippobot.providers._client import LoopBoundClient, sent_as_is
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -286,7 +286,7 @@ class AnthropicProvider:
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         client = self._clients.get()
         try:
-            events = await client.messages.create(**to_anthropic(request), stream=True)
+            events = await client.messages.create(**sent_as_is(to_anthropic(request)), stream=True)
         except asyncio.CancelledError:
             self._clients.discard(client)
             raise

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from hippobot.errors import ProviderError
 from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient
+from hippobot.providers._client import LoopBoundClient, sent_as_is
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -193,7 +193,7 @@ class OpenAICompatProvider:
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         client = self._clients.get()
         try:
-            chunks = await client.chat.completions.create(**self._params(request))
+            chunks = await client.chat.completions.create(**sent_as_is(self._params(request)))
         except asyncio.CancelledError:
             self._clients.discard(client)
             raise

@@ -53,9 +53,28 @@ def is_message(value: object) -> bool:
     # A content no endpoint accepts would be replayed in every later request and wedge the
     # session, so such a line is treated as corrupt (quarantined) rather than as a message.
     content = value.get("content")
-    if content is None or isinstance(content, str):
+    if not (content is None or isinstance(content, str)
+            or (isinstance(content, list) and all(isinstance(b, dict) for b in content))):
+        return False
+    # The same for tool calls and their results: a malformed one would be sent back to the
+    # provider on every turn, which refuses the whole request.
+    if "tool_calls" in value and not _well_formed_calls(value["tool_calls"]):
+        return False
+    return "tool_call_id" not in value or isinstance(value["tool_call_id"], str)
+
+
+def _well_formed_calls(calls: object) -> bool:
+    if calls is None:
         return True
-    return isinstance(content, list) and all(isinstance(b, dict) for b in content)
+    if not isinstance(calls, list):
+        return False
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+                and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", ""), str | dict)):
+            return False
+    return True
 
 
 def normalise_offset(value: object, message_count: int) -> int:

@@ -1,17 +1,43 @@
-"""Run the ``hippobot`` command as a user would, in a child process, for end-to-end tests."""
+"""Run the ``hippobot`` command as a user would, in a child process, for end-to-end tests.
+
+By default the child is forked from a :class:`~hippobot.testing.forkserver.ForkServer` that
+has already imported hippobot: a separate process with the given environment, streams and
+exit status, minus the second of interpreter start-up and imports. ``fresh=True`` (or
+``HIPPOBOT_TEST_FRESH_CLI=1`` for a whole run) starts a new interpreter instead.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from hippobot.testing.forkserver import ForkServer
 
 if TYPE_CHECKING:
     from hippobot.testing.server import ScriptedServer
 
 __all__ = ["run_cli"]
+
+_PROVIDER_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def _fork_server() -> ForkServer:
+    global _server
+    with _server_lock:
+        if _server is None or _server.proc.poll() is not None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(_PROVIDER_PREFIXES)}
+            _server = ForkServer("hippobot.testing.forkserver:preload_cli", env=env)
+            atexit.register(_server.close)
+        return _server
 
 
 def run_cli(
@@ -19,11 +45,16 @@ def run_cli(
     home: Path,
     server: ScriptedServer | None = None,
     stdin: str | None = None,
+    *,
+    timeout: float = 120,
+    fresh: bool = False,
     **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m hippobot ARGS`` with ``HIPPOBOT_HOME=home`` and none of the caller's
-    provider variables; with ``server``, pointed at that scripted model."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
+    provider variables; with ``server``, pointed at that scripted model. Standard input is
+    ``stdin`` or empty; past ``timeout`` seconds the child is killed and
+    :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_PROVIDER_PREFIXES)}
     env["HIPPOBOT_HOME"] = str(home)
     if server is not None:
         env.update(
@@ -32,7 +63,34 @@ def run_cli(
             HIPPOBOT_API_KEY="sk-test-key-000000000000",
         )
     env.update(env_extra)
-    return subprocess.run(
-        [sys.executable, "-m", "hippobot", *args],
-        input=stdin, capture_output=True, text=True, env=env, timeout=120,
-    )
+    argv = [sys.executable, "-m", "hippobot", *args]
+    if fresh or os.environ.get("HIPPOBOT_TEST_FRESH_CLI") == "1":
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
+                              timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
+    streams = Path(tempfile.mkdtemp(prefix="hippobot-cli-"))
+    try:
+        stdin_path = None
+        if stdin is not None:
+            stdin_path = streams / "stdin"
+            stdin_path.write_text(stdin, encoding="utf-8")
+        out, err = streams / "stdout", streams / "stderr"
+        forks = _fork_server()
+        pid = forks.spawn("hippobot.testing.forkserver:cli_main", {"argv": args}, env=env,
+                          cwd=os.getcwd(), stdin=str(stdin_path) if stdin_path else None,
+                          stdout=str(out), stderr=str(err))
+        try:
+            status = forks.wait(pid, timeout)
+        except TimeoutError:
+            forks.kill(pid)
+            forks.wait(pid)
+            raise subprocess.TimeoutExpired(argv, timeout, _read(out), _read(err)) from None
+        return subprocess.CompletedProcess(argv, status.returncode, _read(out), _read(err))
+    finally:
+        shutil.rmtree(streams, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""

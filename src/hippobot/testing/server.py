@@ -39,6 +39,18 @@ __all__ = ["ScriptedServer", "anthropic_to_openai"]
 _MALFORMED = b'{"id": "scripted", "choices": [ this is not JSON'
 
 
+def malformed_tool_calls(messages: object) -> str | None:
+    """Why an OpenAI request's ``tool_calls`` would be refused by a real endpoint, or None."""
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for j, call in enumerate(calls if isinstance(calls, list) else []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+                    and isinstance(function.get("name"), str)):
+                return f"Invalid value for 'messages[{i}].tool_calls[{j}]': not a tool call"
+    return None
+
+
 # --- the reply as a sequence of pieces, shared by both wire formats ------------------
 
 
@@ -378,6 +390,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw_bytes or b"{}")
         except ValueError:
             self._json(400, openai_error_body(400, "request body is not JSON"))
+            return
+        problem = malformed_tool_calls(body.get("messages")) if api == "openai" else None
+        if problem:  # what a real endpoint answers, instead of a model reply
+            self._json(400, openai_error_body(400, problem))
             return
         recorded = self._record(api, body)
         plan = self.server.model.take(recorded)

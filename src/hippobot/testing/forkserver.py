@@ -1,0 +1,335 @@
+"""A fork server for tests that run many short child processes.
+
+Starting a Python interpreter and importing hippobot, its SDKs and the tokenizer costs most of
+a second of CPU; a test suite that runs the real CLI several hundred times spends most of its
+time there, not in what it tests. The fork server imports everything once and then forks a
+child per request: the child is a separate process with its own environment, working
+folder, standard streams, exit status and signals, started in milliseconds.
+
+What a child does not repeat is only interpreter start-up and imports. Tests that are about
+start-up itself (``benchmarks/coldstart.py``, ``hippobot serve`` processes) start real
+interpreters instead.
+
+The server never starts a thread or an event loop, so a fork is a clean copy. Protocol, one
+JSON object per line (test → server on stdin, server → test on stdout):
+
+* at start: ``{"ready": true}`` once the preload function has run;
+* ``{"cmd": "spawn", "id": N, "target": "module:function" or "path.py:function",
+  "args": {...}, "env": {...}, "cwd": "...", "stdin"/"stdout"/"stderr": paths}``
+  → ``{"id": N, "pid": 123}``; the child calls ``function(args)`` and exits with the int it
+  returns;
+* when a child ends: ``{"pid": 123, "code": 0 | null, "signal": 9 | null, "cpu": 0.25}``;
+* ``{"cmd": "kill", "pid": 123, "signal": 9}``: signal a child (ignored once it ended);
+* end of input: the server kills what is still running and exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ChildStatus", "ForkServer", "cli_main", "preload_cli"]
+
+
+@dataclass(frozen=True)
+class ChildStatus:
+    """How a forked child ended: ``code`` when it exited, ``signal`` when it was killed."""
+
+    pid: int
+    code: int | None
+    signal: int | None
+    cpu_seconds: float = 0.0  # user + system time of the child (and children it waited for)
+
+    @property
+    def returncode(self) -> int:
+        """As :attr:`subprocess.Popen.returncode`: negative for a signal."""
+        return -self.signal if self.signal is not None else int(self.code or 0)
+
+
+# --- child targets -------------------------------------------------------------------
+
+
+def preload_cli() -> None:
+    """Import and warm up what ``hippobot`` commands use, so a forked command starts warm.
+
+    Imports alone are not enough: the first turn of a process loads the tokenizer table and
+    a dozen SDK modules lazily. So the server runs a few commands once, in-process, on a
+    throwaway home against a scripted model, and waits until every thread they started has
+    ended (a fork copies only the calling thread).
+    """
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+    import time
+
+    from hippobot.testing.scripted import ScriptedModel
+    from hippobot.testing.server import ScriptedServer
+
+    home = Path(tempfile.mkdtemp(prefix="hippobot-warmup-"))
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    model = ScriptedModel()
+    model.fallback = lambda request: "ok"
+    try:
+        with ScriptedServer(model) as server:
+            os.environ.update(HIPPOBOT_HOME=str(home), HIPPOBOT_MODEL="scripted-model",
+                              HIPPOBOT_API_BASE=server.base_url, HIPPOBOT_API_KEY="sk-warm-up")
+            commands = [["onboard"], ["agent", "-m", "hello"], ["status"], ["context"],
+                        ["memory", "show"], ["memory", "history"], ["memory", "search", "hello"],
+                        ["sessions", "list"], ["memory", "log"]]
+            for argv in commands:
+                with contextlib.redirect_stdout(io.StringIO()), \
+                        contextlib.redirect_stderr(io.StringIO()):
+                    cli_main({"argv": argv})
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        shutil.rmtree(home, ignore_errors=True)
+        # Each command configures logging on first use; undo it, so a child configures it
+        # again towards its own stderr, as a fresh process would.
+        root = logging.getLogger()
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+    for _ in range(200):  # the server's handler threads end once their sockets close
+        if threading.active_count() == 1:
+            return
+        time.sleep(0.05)
+
+
+def cli_main(args: dict[str, Any]) -> int:
+    """Run ``python -m hippobot ARGV`` inside the forked child."""
+    import runpy
+
+    sys.argv = ["hippobot", *args["argv"]]
+    try:
+        # Exactly what ``python -m hippobot`` runs (``__main__`` is hippobot's, so usage
+        # lines say ``python -m hippobot``); the modules are already imported.
+        runpy.run_module("hippobot", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    return 0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")  # sys.exit("message") prints it, as the interpreter does
+    return 1
+
+
+# --- the server ----------------------------------------------------------------------
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py"):
+        module_name = "_forked_" + Path(where).stem
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, where)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+def _child(request: dict[str, Any]) -> None:
+    """In the forked child: become the requested process, never return."""
+    code = 70
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for fd, key, flags in ((0, "stdin", os.O_RDONLY),
+                               (1, "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+                               (2, "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+            opened = os.open(request.get(key) or os.devnull, flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        # Fresh stream objects: the server's may hold a lock taken by no thread of ours.
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                          buffering=1, closefd=False)
+        if request.get("env") is not None:
+            os.environ.clear()
+            os.environ.update(request["env"])
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        code = int(_resolve(request["target"])(request.get("args") or {}) or 0)
+    except BaseException:  # as the interpreter: print the traceback, exit 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        # What interpreter shutdown does: wait for non-daemon threads, run exit handlers.
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)
+
+
+def serve(preload: str | None) -> None:
+    """The server's main loop (``python -m hippobot.testing.forkserver [PRELOAD]``)."""
+    if preload:
+        _resolve(preload)()
+    if threading.active_count() != 1:
+        raise RuntimeError(f"threads left after preloading: {threading.enumerate()}")
+    out = sys.stdout.fileno()
+
+    def send(message: dict[str, Any]) -> None:
+        os.write(out, (json.dumps(message) + "\n").encode())
+
+    send({"ready": True})
+    children: set[int] = set()
+    selector = selectors.DefaultSelector()
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
+    buffered = b""
+    try:
+        while True:
+            ready = selector.select(timeout=0.005 if children else None)
+            if ready:
+                chunk = os.read(sys.stdin.fileno(), 65536)
+                if not chunk:
+                    return
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    request = json.loads(line)
+                    if request["cmd"] == "spawn":
+                        pid = os.fork()
+                        if pid == 0:
+                            selector.close()
+                            _child(request)
+                        children.add(pid)
+                        send({"id": request["id"], "pid": pid})
+                    elif request["cmd"] == "kill" and request["pid"] in children:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(request["pid"], request.get("signal", signal.SIGKILL))
+            for pid in list(children):
+                done, status, usage = os.wait4(pid, os.WNOHANG)
+                if done:
+                    children.discard(pid)
+                    killed = os.WIFSIGNALED(status)
+                    send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
+                          "signal": os.WTERMSIG(status) if killed else None,
+                          "cpu": usage.ru_utime + usage.ru_stime})
+    finally:
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+# --- the client ----------------------------------------------------------------------
+
+
+class ForkServer:
+    """A running fork server; thread-safe, so a test may run children concurrently."""
+
+    def __init__(self, preload: str | None = None, *, env: dict[str, str] | None = None) -> None:
+        args = [sys.executable, "-m", "hippobot.testing.forkserver"]
+        self.proc = subprocess.Popen(args + ([preload] if preload else []),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._next_id = 0
+        self._pids: dict[int, int] = {}  # request id -> pid
+        self._ended: dict[int, ChildStatus] = {}
+        self._closed = False
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()
+        if json.loads(first or b"null") != {"ready": True}:
+            raise RuntimeError(f"the fork server did not start (exit {self.proc.wait()})")
+        self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self._changed:
+                if "id" in message:
+                    self._pids[message["id"]] = message["pid"]
+                else:
+                    self._ended[message["pid"]] = ChildStatus(
+                        message["pid"], message["code"], message["signal"], message["cpu"])
+                self._changed.notify_all()
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def spawn(self, target: str, args: dict[str, Any] | None = None, *,
+              env: dict[str, str] | None = None, cwd: str | None = None,
+              stdin: str | None = None, stdout: str | None = None,
+              stderr: str | None = None) -> int:
+        """Fork a child that runs ``target(args)``; returns its pid. Streams are file paths
+        (``None``: /dev/null); ``env`` replaces the whole environment when given."""
+        with self._changed:
+            self._next_id += 1
+            request_id = self._next_id
+            self._send({"cmd": "spawn", "id": request_id, "target": target, "args": args,
+                        "env": env, "cwd": cwd, "stdin": stdin, "stdout": stdout,
+                        "stderr": stderr})
+            while request_id not in self._pids:
+                if self._closed:
+                    raise RuntimeError("the fork server exited")
+                self._changed.wait()
+            return self._pids.pop(request_id)
+
+    def wait(self, pid: int, timeout: float | None = None) -> ChildStatus:
+        """Wait for the child to end; :class:`TimeoutError` if it is still running."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: pid in self._ended or self._closed, timeout):
+                raise TimeoutError(f"child {pid} still running after {timeout} s")
+            if pid not in self._ended:
+                raise RuntimeError("the fork server exited")
+            return self._ended.pop(pid)
+
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        with self._lock:
+            self._send({"cmd": "kill", "pid": pid, "signal": int(sig)})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1] if len(sys.argv) > 1 else None)
