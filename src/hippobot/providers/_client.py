@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
+import ssl
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["LoopBoundClient", "sent_as_is"]
+__all__ = ["LoopBoundClient", "http_client", "sent_as_is"]
 
 C = TypeVar("C")
 
@@ -74,3 +78,28 @@ def sent_as_is(params: dict[str, Any]) -> dict[str, Any]:
     if extra:
         out["extra_body"] = {**out.get("extra_body", {}), **extra}
     return out
+
+
+def http_client(sdk: ModuleType) -> Any:
+    """The SDK's own default async HTTP client, built on the process's one TLS context.
+
+    Each new HTTP client would otherwise read the system's certificate store again (about 50
+    ms of CPU, even for a plain-http local server), and hippobot builds one per event loop
+    and per agent. ``None`` (the SDK then builds its default) if this SDK has no such class.
+    """
+    factory = getattr(sdk, "DefaultAsyncHttpxClient", None)
+    if factory is None:
+        return None
+    try:
+        return factory(verify=_tls_context(factory))
+    except Exception:  # an SDK whose client takes other arguments: its default it is
+        return None
+
+
+@functools.cache
+def _tls_context(factory: type) -> ssl.SSLContext:
+    """A context made exactly as the SDK's HTTP library makes its default one, once."""
+    base = next(c for c in factory.__mro__ if c.__name__ == "AsyncClient")
+    library = importlib.import_module(base.__module__.split(".")[0])
+    context: ssl.SSLContext = library.create_ssl_context()
+    return context

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hippobot.errors import ProviderError
 from hippobot.messages import content_text
 from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient, sent_as_is
+from hippobot.providers._client import LoopBoundClient, http_client, sent_as_is
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -274,6 +274,7 @@ class AnthropicProvider:
             timeout=self._timeout,
             max_retries=0,  # retries are RetryingProvider's job
             default_headers=self._extra_headers or None,
+            http_client=http_client(anthropic),
         )
 
     async def aclose(self) -> None:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from hippobot.errors import ProviderError
 from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient, sent_as_is
+from hippobot.providers._client import LoopBoundClient, http_client, sent_as_is
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -164,6 +164,7 @@ class OpenAICompatProvider:
             timeout=self._timeout,
             max_retries=0,  # retries are RetryingProvider's job
             default_headers=self._extra_headers or None,
+            http_client=http_client(openai),
         )
 
     async def aclose(self) -> None:
