@@ -401,3 +401,35 @@ def test_derived_lock_directory_may_be_deleted_between_turns(tmp_path: Path) -> 
     turn(store, session, 2)
     loaded = JsonlSessionStore(tmp_path).load(KEY)
     assert loaded is not None and len(loaded.messages) == 4
+
+
+def test_a_process_dying_while_it_creates_a_session_leaves_no_headerless_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between creating a new session's file and writing it, a process used to leave
+    an empty session file (found by the SIGKILL suite); the file now appears whole or not at
+    all, and the next start writes the session as usual."""
+    import hippobot.session.store as store_module
+
+    real_write_all = store_module._write_all
+
+    def die(fd: int, data: bytes, restore_size: int) -> None:
+        raise SystemExit("killed")  # BaseException, like the process ending mid-write
+
+    store = JsonlSessionStore(tmp_path)
+    session = Session(KEY)
+    monkeypatch.setattr(store_module, "_write_all", die)
+    with pytest.raises(SystemExit):
+        store.append(session, [session.add({"role": "user", "content": "hello"})])
+
+    path = file_of(tmp_path)
+    assert not path.exists()
+    assert [p.name for p in path.parent.iterdir()] == []  # no temp file left either
+
+    monkeypatch.setattr(store_module, "_write_all", real_write_all)
+    fresh = JsonlSessionStore(tmp_path)
+    again = Session(KEY)
+    fresh.append(again, [again.add({"role": "user", "content": "hello"})])
+    lines = records(path)
+    assert lines[0]["_type"] == "session" and lines[0]["key"] == KEY
+    assert [m["content"] for m in fresh.load(KEY).messages] == ["hello"]
