@@ -59,11 +59,16 @@ FULL = Plan(False, (50, 500, 5000), 100, 3, 128_000, (100, 1000, 5000, 10_000), 
 QUICK = Plan(True, (20, 100), 10, 1, 16_000, (200,), 1, 60, 30, 20)
 
 
-def _child(args: list[str], out: Path) -> dict[str, Any]:
+def _child_env() -> dict[str, str]:
+    """The environment for a ``python -m benchmarks.X`` child: the repository importable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _child(args: list[str], out: Path) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "benchmarks.turns", *args, "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                          cwd=ROOT, env=_child_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmarks.turns {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(out.read_text(encoding="utf-8"))
@@ -169,8 +174,8 @@ def _recall(work: Path) -> dict[str, Any]:
         return {"skipped": "benchmarks/recall_bench.py is not present"}
     _log("recall_bench.py --small")
     out = work / "recall.json"
-    proc = subprocess.run([sys.executable, str(script), "--small", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.recall_bench", "--small", "--out", str(out)],
+                          cwd=ROOT, env=_child_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
     if proc.returncode != 0 or not out.exists():
         return {"skipped": f"recall_bench.py --small failed: {proc.stderr.strip()[-300:]}"}
     return json.loads(out.read_text(encoding="utf-8"))
@@ -180,12 +185,10 @@ def _small_window(plan: Plan, work: Path) -> dict[str, Any]:
     turns = 40 if plan.quick else 100
     _log(f"small window: {turns} turns in 4,096 tokens (benchmarks.small_window)")
     out = work / "small_window.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.small_window", "--turns", str(turns),
                            "--extra-facts", "12" if plan.quick else "30", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=900)
+                          cwd=ROOT, env=_child_env(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=900)
     if proc.returncode != 0 or not out.exists():
         return {"skipped": f"benchmarks.small_window failed: {proc.stderr.strip()[-300:]}"}
     return json.loads(out.read_text(encoding="utf-8"))

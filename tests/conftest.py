@@ -20,8 +20,10 @@ from hippobot.testing.server import ScriptedServer
 # Property tests explore the same inputs on every run, so CI is reproducible; set
 # HYPOTHESIS_PROFILE=explore to search fresh random inputs locally.
 # A loaded machine must not fail a property test for being slow: no deadline, no speed check.
+# A derandomized run finds the same examples every time, so saving them is only overhead.
 hypothesis_settings.register_profile(
-    "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci", derandomize=True, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 hypothesis_settings.register_profile("explore", derandomize=False)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

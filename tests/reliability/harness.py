@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hippobot.memory.gitstore import GitStore
+from hippobot.memory.gitstore import CURSOR_PATH, GitStore
 from hippobot.memory.history import parse_line
 from hippobot.messages import content_text
 from hippobot.session.keys import relpath_to_key
@@ -374,8 +374,13 @@ def _check_git(workspace: Path, found: Findings, settled: bool) -> None:
         found.add(f"memory versions unavailable: {git.broken_reason}")
         return
     git.log(limit=5)
-    if settled and git.diff_summary():
-        found.add(f"the memory files differ from the last version: {git.diff_summary()}")
+    if not settled:
+        return
+    summary = git.diff_summary()
+    # A Dream run that changes no memory file still moves .dream_cursor and, by design, makes
+    # no commit for that alone; any other difference is an edit no version holds.
+    if any(f.path != CURSOR_PATH for f in summary.files):
+        found.add(f"the memory files differ from the last version: {summary}")
 
 
 def _check_journal(journal: list[dict[str, Any]], sessions: dict[str, list], found: Findings,

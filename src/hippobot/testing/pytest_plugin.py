@@ -14,8 +14,10 @@ Enable with ``-p hippobot.testing.pytest_plugin`` (hippobot's own pyproject does
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,15 +40,26 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.fixture(scope="session")
+def _hippobot_homes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One folder per test run that holds every test's home (numbered, so making one costs
+    the same for the thousandth test as for the first)."""
+    yield tmp_path_factory.mktemp("hippobot-homes")
+
+
+_home_numbers = itertools.count()
+
+
 @pytest.fixture(autouse=True)
-def hippobot_home(tmp_path_factory, monkeypatch):
+def hippobot_home(_hippobot_homes: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own HIPPOBOT_HOME and no provider variables from the caller."""
     import os
 
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES):
             monkeypatch.delenv(name, raising=False)
-    home = tmp_path_factory.mktemp("hippobot-home")
+    home = _hippobot_homes / f"home{next(_home_numbers)}"
+    home.mkdir()
     monkeypatch.setenv("HIPPOBOT_HOME", str(home))
     return home
 
