@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from hippobot.cli.onboard import onboard
 from hippobot.config import load_settings
 from hippobot.memory.gitstore import GitStore
+from hippobot.testing.cli import caller_env
 from hippobot.testing.forkserver import ForkServer
 from hippobot.testing.server import ScriptedServer
 
@@ -26,9 +26,7 @@ class Zygote:
     a worker starts in milliseconds (see child_driver.py)."""
 
     def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
-        self.forks = ForkServer(f"{DRIVER}:warm_up", env=env)
+        self.forks = ForkServer(f"{DRIVER}:warm_up", env=caller_env())
 
     def spawn(self, **args: Any) -> int:
         return self.forks.spawn(f"{DRIVER}:worker", args, stderr=args.get("stderr"))

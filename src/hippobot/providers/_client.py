@@ -76,7 +76,7 @@ def sent_as_is(params: dict[str, Any]) -> dict[str, Any]:
     for key in extra:
         out[key] = []
     if extra:
-        out["extra_body"] = {**out.get("extra_body", {}), **extra}
+        out["extra_body"] = extra
     return out
 
 

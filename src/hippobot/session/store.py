@@ -425,14 +425,14 @@ class JsonlSessionStore:
     def _append_locked(self, session: Session, body: bytes, *, meta: bool) -> None:
         """One ``os.write`` at the end of the file; an empty file gets the whole session."""
         path = self.path_for(session.key)
-        if not os.path.lexists(path):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
             # A new session's file appears whole (written aside, then renamed into place):
             # created empty and then killed, it would be a session file without a header.
             data = snapshot(session, with_meta=meta)
-            path.parent.mkdir(parents=True, exist_ok=True)
             self._track(session, self._replace(path, data), len(data), meta_state(session))
             return
-        fd = _open_creating_dirs(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             stat = os.fstat(fd)
             if stat.st_size == 0:

@@ -23,19 +23,23 @@ from hippobot.testing.forkserver import ForkServer
 if TYPE_CHECKING:
     from hippobot.testing.server import ScriptedServer
 
-__all__ = ["run_cli"]
+__all__ = ["PROVIDER_PREFIXES", "caller_env", "run_cli"]
 
-_PROVIDER_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
+PROVIDER_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
 _server: ForkServer | None = None
 _server_lock = threading.Lock()
+
+
+def caller_env() -> dict[str, str]:
+    """This process's environment without hippobot's or any provider's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(PROVIDER_PREFIXES)}
 
 
 def _fork_server() -> ForkServer:
     global _server
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(_PROVIDER_PREFIXES)}
-            _server = ForkServer("hippobot.testing.forkserver:preload_cli", env=env)
+            _server = ForkServer("hippobot.testing.forkserver:preload_cli", env=caller_env())
             atexit.register(_server.close)
         return _server
 
@@ -54,7 +58,7 @@ def run_cli(
     provider variables; with ``server``, pointed at that scripted model. Standard input is
     ``stdin`` or empty; past ``timeout`` seconds the child is killed and
     :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_PROVIDER_PREFIXES)}
+    env = caller_env()
     env["HIPPOBOT_HOME"] = str(home)
     if server is not None:
         env.update(

@@ -18,7 +18,7 @@ JSON object per line (test → server on stdin, server → test on stdout):
   "args": {...}, "env": {...}, "cwd": "...", "stdin"/"stdout"/"stderr": paths}``
   → ``{"id": N, "pid": 123}``; the child calls ``function(args)`` and exits with the int it
   returns;
-* when a child ends: ``{"pid": 123, "code": 0 | null, "signal": 9 | null, "cpu": 0.25}``;
+* when a child ends: ``{"pid": 123, "code": 0 | null, "signal": 9 | null}``;
 * ``{"cmd": "kill", "pid": 123, "signal": 9}``: signal a child (ignored once it ended);
 * end of input: the server kills what is still running and exits.
 """
@@ -52,7 +52,6 @@ class ChildStatus:
     pid: int
     code: int | None
     signal: int | None
-    cpu_seconds: float = 0.0  # user + system time of the child (and children it waited for)
 
     @property
     def returncode(self) -> int:
@@ -71,7 +70,6 @@ def preload_cli() -> None:
     throwaway home against a scripted model, and waits until every thread they started has
     ended (a fork copies only the calling thread).
     """
-    import contextlib
     import io
     import shutil
     import tempfile
@@ -231,13 +229,12 @@ def serve(preload: str | None) -> None:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(request["pid"], request.get("signal", signal.SIGKILL))
             for pid in list(children):
-                done, status, usage = os.wait4(pid, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     children.discard(pid)
                     killed = os.WIFSIGNALED(status)
                     send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
-                          "signal": os.WTERMSIG(status) if killed else None,
-                          "cpu": usage.ru_utime + usage.ru_stime})
+                          "signal": os.WTERMSIG(status) if killed else None})
     finally:
         for pid in children:
             with contextlib.suppress(OSError):
@@ -277,7 +274,7 @@ class ForkServer:
                     self._pids[message["id"]] = message["pid"]
                 else:
                     self._ended[message["pid"]] = ChildStatus(
-                        message["pid"], message["code"], message["signal"], message["cpu"])
+                        message["pid"], message["code"], message["signal"])
                 self._changed.notify_all()
         with self._changed:
             self._closed = True

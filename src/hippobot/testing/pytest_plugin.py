@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from hippobot.testing.cli import PROVIDER_PREFIXES
 from hippobot.testing.scripted import ScriptedModel
 from hippobot.testing.server import ScriptedServer
 
 __all__ = ["NetworkBlockedError"]
 
-_ENV_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
 
 
 class NetworkBlockedError(OSError):
@@ -41,10 +41,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def _hippobot_homes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def _hippobot_homes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder per test run that holds every test's home (numbered, so making one costs
     the same for the thousandth test as for the first)."""
-    yield tmp_path_factory.mktemp("hippobot-homes")
+    return tmp_path_factory.mktemp("hippobot-homes")
 
 
 _home_numbers = itertools.count()
@@ -56,7 +56,7 @@ def hippobot_home(_hippobot_homes: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     import os
 
     for name in list(os.environ):
-        if name.startswith(_ENV_PREFIXES):
+        if name.startswith(PROVIDER_PREFIXES):
             monkeypatch.delenv(name, raising=False)
     home = _hippobot_homes / f"home{next(_home_numbers)}"
     home.mkdir()
