@@ -100,9 +100,11 @@ def _superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
     return None
 
 
-_COMMON = frozenset(
-    ["user", "said", "that", "this", "with", "have", "from", "about", "what", "when", "where", "which", "there", "their", "they", "them", "please", "remember", "would", "could", "should", "been", "were", "will", "your", "just", "also", "like", "very", "really"]
-)
+_COMMON = frozenset({
+    "user", "said", "that", "this", "with", "have", "from", "about", "what", "when", "where",
+    "which", "there", "their", "they", "them", "please", "remember", "would", "could",
+    "should", "been", "were", "will", "your", "just", "also", "like", "very", "really",
+})
 
 
 def _words(text: str) -> set[str]:
@@ -112,10 +114,10 @@ def _words(text: str) -> set[str]:
 def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
     """Whether a later fact of the batch mentions a word of ``fact`` again."""
     words = _words(fact.claim)
+    later_facts = facts[facts.index(fact) + 1 :]
     return any(
-        later is not fact and later.cursor >= fact.cursor and facts.index(later) > facts.index(fact)
-        and words & _words(later.text)
-        for later in facts
+        later != fact and later.cursor >= fact.cursor and words & _words(later.text)
+        for later in later_facts
     )
 
 
