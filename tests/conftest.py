@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import compileall
+import fnmatch
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,18 +32,71 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Compile hippobot's modules once, before any test starts a ``hippobot`` process.
+    """Compile hippobot's modules and the test modules once, before any worker starts.
 
     Several hundred tests run the real CLI in a child process. Where bytecode writing is
     switched off (PYTHONDONTWRITEBYTECODE, common in containers) every child would compile
-    every module again, about a third of its start-up. Under pytest-xdist only the
-    controller compiles; the workers start after it.
+    every module again, about a third of its start-up; and every pytest-xdist worker would
+    rewrite the asserts of all test modules again (two thirds of its collection time). Only
+    the controller does this; the workers start after it and read the cached files.
     """
     if hasattr(session.config, "workerinput"):
         return
     import hippobot
 
     compileall.compile_dir(Path(hippobot.__file__).parent, quiet=1)
+    _cache_rewritten_test_modules(session.config)
+
+
+def _cache_rewritten_test_modules(config: pytest.Config) -> None:
+    """Write pytest's cache of assert-rewritten test modules, split over the CPUs.
+
+    pytest reads this cache even where it may not write it. The cache is its own format
+    (internal to pytest); if that changes, this does nothing and workers rewrite as before.
+    """
+    try:
+        from _pytest.assertion import rewrite
+    except ImportError:
+        return
+    needed = ("_rewrite_test", "_read_pyc", "_write_pyc", "get_cache_dir", "PYC_TAIL", "assertstate_key")
+    if config.getoption("assertmode") != "rewrite" or not all(hasattr(rewrite, n) for n in needed):
+        return
+    state = config.stash.get(rewrite.assertstate_key, None)
+    if state is None:
+        return
+    patterns = [*config.getini("python_files"), "conftest.py"]
+    todo: list[tuple[Path, Path]] = []
+    for source in sorted(Path(__file__).parent.rglob("*.py")):
+        if not any(fnmatch.fnmatch(source.name, pattern) for pattern in patterns):
+            continue
+        cache_dir = rewrite.get_cache_dir(source)
+        cached = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
+        if rewrite._read_pyc(source, cached) is None:
+            todo.append((source, cached))
+
+    def rewrite_all(batch: list[tuple[Path, Path]]) -> None:
+        for source, cached in batch:
+            try:
+                cached.parent.mkdir(exist_ok=True)
+                stat, code = rewrite._rewrite_test(source, config)
+            except (OSError, SyntaxError):
+                continue  # the worker reports it when it collects the module
+            rewrite._write_pyc(state, code, stat, cached)
+
+    # Forking is safe here: xdist starts its threads and workers after this hook.
+    shares = min(os.cpu_count() or 1, len(todo)) if threading.active_count() == 1 else 1
+    children = []
+    for share in range(1, shares):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                rewrite_all(todo[share::shares])
+            finally:
+                os._exit(0)
+        children.append(pid)
+    rewrite_all(todo[0::max(shares, 1)])
+    for pid in children:
+        os.waitpid(pid, 0)
 
 
 def model_env(home: Path, server: ScriptedServer | None = None, **extra: str) -> dict[str, str]:

@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from hippobot.memory.history import HistorySource
 from hippobot.memory.store import MemoryStore
 from hippobot.testing.cli import run_cli as run
@@ -31,27 +29,40 @@ def _env(home: Path, server) -> dict[str, str]:
     return env
 
 
-def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 30.0) -> None:
+CURSOR_POSITION_REQUEST = b"\x1b[6n"
+
+
+PROMPT = "›".encode()
+
+
+def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 30.0, *, after: int = 0) -> None:
+    """Read the terminal's output until ``needle`` shows (at or past offset ``after``),
+    answering cursor-position requests as a terminal does."""
     end = time.monotonic() + timeout
-    while needle not in seen and time.monotonic() < end:
+    while seen.find(needle, after) < 0 and time.monotonic() < end:
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
+            asked = seen.count(CURSOR_POSITION_REQUEST)
             try:
                 seen += os.read(fd, 65536)
             except OSError:
                 return
+            for _ in range(seen.count(CURSOR_POSITION_REQUEST) - asked):
+                os.write(fd, b"\x1b[1;1R")
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
-def _reap(pid: int, timeout: float = 15.0) -> None:
-    """Wait for the child; one that does not leave is killed, so a failure never hangs."""
+def _reap(pid: int, timeout: float = 15.0) -> int | None:
+    """Wait for the child and return its exit code; one that does not leave is killed
+    (``None``), so a failure never hangs."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    return None
 
 
 def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_home, scripted_server, scripted_model):
@@ -69,11 +80,15 @@ def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_hom
         _read_until(fd, b"code\x1b[0m.", seen)
         os.write(fd, b"/HELP\r")
         _read_until(fd, b"dream-restore", seen)
+        # Ctrl-D typed before the next prompt is up would reach a terminal still in line
+        # mode, which takes it as end-of-line, not as a key; a user sees the prompt first.
+        _read_until(fd, PROMPT, seen, after=seen.find(b"dream-restore"))
         os.write(fd, b"\x04")  # Ctrl-D leaves
         _read_until(fd, b"\x00never", seen, timeout=5)
     finally:
-        _reap(pid)
+        exit_code = _reap(pid)
         os.close(fd)
+    assert exit_code == 0, "Ctrl-D at the prompt ends the chat"
     out = seen.decode("utf-8", "replace")
     assert "thinking…" in out
     assert "\x1b[1mbold\x1b[0m" in out  # rendered bold, not asterisks
