@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import uvicorn
 from starlette.applications import Starlette
@@ -21,6 +24,10 @@ from hippobot.server.run import GracefulServer, bind_socket
 from hippobot.session.keys import key_to_relpath
 from hippobot.testing.scripted import RecordedRequest
 
+# httpx and the SDK read the certificate store for every client they build (~50 ms of CPU),
+# though these servers speak plain HTTP: the tests' clients share one context.
+TLS = ssl.create_default_context()
+
 
 @dataclass
 class Running:
@@ -31,7 +38,7 @@ class Running:
     server: GracefulServer
     thread: threading.Thread
     port: int
-    clients: list[openai.OpenAI] = field(default_factory=list)
+    clients: list[openai.OpenAI | httpx.Client] = field(default_factory=list)
 
     @property
     def root(self) -> str:
@@ -41,12 +48,29 @@ class Running:
     def base_url(self) -> str:
         return f"{self.root}/v1"
 
+    @functools.cached_property
+    def http(self) -> httpx.Client:
+        """A plain HTTP client (``srv.http.post(...)``), closed when the server stops."""
+        client = httpx.Client(verify=TLS)
+        self.clients.append(client)
+        return client
+
+    def browser(self) -> httpx.Client:
+        """A new client with its own cookies, as a browser keeps them."""
+        client = httpx.Client(base_url=self.root, verify=TLS)
+        self.clients.append(client)
+        return client
+
     def client(self, api_key: str = "unused", **kw: Any) -> openai.OpenAI:
-        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
+        """The OpenAI SDK pointed at this server; no retries unless ``max_retries`` says so."""
+        kw.setdefault("max_retries", 0)
+        kw.setdefault("http_client", openai.DefaultHttpxClient(verify=TLS))
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, **kw)
         self.clients.append(client)
         return client
 
     def aclient(self, api_key: str = "unused", **kw: Any) -> openai.AsyncOpenAI:
+        kw.setdefault("http_client", openai.DefaultAsyncHttpxClient(verify=TLS))
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kw)
 
     def stop(self, timeout: float = 20.0) -> None:

@@ -28,9 +28,9 @@ def test_a_configured_key_is_required_everywhere_but_healthz(serve, scripted_mod
 
     with pytest.raises(openai.AuthenticationError) as wrong:
         srv.client(api_key="not-the-key").chat.completions.create(**ask)
-    missing = httpx.post(f"{srv.base_url}/chat/completions", json=ask)
-    page = httpx.get(f"{srv.root}/")
-    health = httpx.get(f"{srv.root}/healthz")
+    missing = srv.http.post(f"{srv.base_url}/chat/completions", json=ask)
+    page = srv.http.get(f"{srv.root}/")
+    health = srv.http.get(f"{srv.root}/healthz")
     ok = srv.client(api_key=KEY).chat.completions.create(**ask)
 
     assert wrong.value.status_code == 401 and wrong.value.body["code"] == "invalid_api_key"
@@ -65,7 +65,7 @@ def test_a_configured_key_is_required_everywhere_but_healthz(serve, scripted_mod
 def test_malformed_requests_get_a_400_saying_what_is_wrong(serve, body, says):
     srv = serve()
 
-    response = httpx.post(f"{srv.base_url}/chat/completions", json=body)
+    response = srv.http.post(f"{srv.base_url}/chat/completions", json=body)
 
     assert response.status_code == 400
     error = error_of(response)
@@ -82,7 +82,7 @@ def test_text_parts_are_accepted_and_a_body_that_is_not_json_is_refused(serve, s
         messages=[{"role": "user", "content": [{"type": "text", "text": "first"},
                                                {"type": "text", "text": "second"}]}],
     )
-    garbage = httpx.post(
+    garbage = srv.http.post(
         f"{srv.base_url}/chat/completions",
         content=b"{not json",
         headers={"Content-Type": "application/json"},
@@ -100,7 +100,7 @@ def test_models_are_listed_and_unknown_things_are_404(serve):
     listed = [m.id for m in client.models.list()]
     with pytest.raises(openai.NotFoundError) as unknown_model:
         client.models.retrieve("gpt-4o")
-    unknown_path = httpx.get(f"{srv.base_url}/embeddings")
+    unknown_path = srv.http.get(f"{srv.base_url}/embeddings")
 
     assert listed == ["hippobot"] and client.models.retrieve("hippobot").id == "hippobot"
     assert unknown_model.value.body["code"] == "model_not_found"
@@ -167,7 +167,7 @@ def test_a_bug_in_the_agent_is_a_clean_500(serve, make_agent):
     agent.turn = broken  # simulates a defect; the server must still answer in OpenAI shape
     srv = serve(agent=agent)
 
-    response = httpx.post(
+    response = srv.http.post(
         f"{srv.base_url}/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}]},
     )

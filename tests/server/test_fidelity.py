@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
 
@@ -126,16 +125,16 @@ def test_stream_null_trailing_slashes_and_request_ids(serve, scripted_model):
     srv = serve()
     scripted_model.reply("ok")
 
-    answer = httpx.post(
+    answer = srv.http.post(
         f"{srv.base_url}/chat/completions/",
         json={"model": "hippobot", "user": "s", "stream": None, "messages": ASK},
         headers={"X-Request-Id": "trace-123"},
     )
-    models = httpx.get(f"{srv.base_url}/models/")
-    model = httpx.get(f"{srv.base_url}/models/hippobot/")
-    missing = httpx.get(f"{srv.base_url}/nowhere")
-    bad = httpx.post(f"{srv.base_url}/chat/completions", json={"messages": []})
-    health = httpx.get(f"{srv.root}/healthz")
+    models = srv.http.get(f"{srv.base_url}/models/")
+    model = srv.http.get(f"{srv.base_url}/models/hippobot/")
+    missing = srv.http.get(f"{srv.base_url}/nowhere")
+    bad = srv.http.post(f"{srv.base_url}/chat/completions", json={"messages": []})
+    health = srv.http.get(f"{srv.root}/healthz")
 
     assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
     assert answer.headers["x-request-id"] == "trace-123"
@@ -149,6 +148,6 @@ def test_stream_null_trailing_slashes_and_request_ids(serve, scripted_model):
 def test_a_401_has_a_request_id_too(serve):
     srv = serve(api_key="serve-key-0123456789")
 
-    denied = httpx.get(f"{srv.base_url}/models")
+    denied = srv.http.get(f"{srv.base_url}/models")
 
     assert denied.status_code == 401 and denied.headers["x-request-id"].startswith("req_")

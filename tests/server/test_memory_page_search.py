@@ -18,6 +18,8 @@ from hippobot.server.web import QUERY_MAX_CHARS
 from hippobot.testing import ScriptedModel
 from hippobot.testing.server import ScriptedServer
 
+from .serving import Running
+
 KEY = "page-search-key-0123456789"
 ALICE = "sk-alice-search-0123456789"
 # The workspace's configured model key: it must never show on the page.
@@ -73,8 +75,8 @@ def shown(block: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", block)).replace("«", "").replace("»", "")
 
 
-def search(root: str, query: str, **kw: object) -> httpx.Response:
-    return httpx.get(f"{root}/", params={"q": query}, **kw)  # type: ignore[arg-type]
+def search(srv: Running, query: str, **kw: object) -> httpx.Response:
+    return srv.http.get(f"{srv.root}/", params={"q": query}, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -89,8 +91,8 @@ def semantic_agent(hippobot_home, scripted_server, scripted_model, make_agent) -
 def test_a_paraphrase_is_found_by_meaning_and_a_literal_query_by_its_words(serve, semantic_agent):
     srv = serve(agent=semantic_agent)
 
-    by_meaning = search(srv.root, "dog")
-    by_words = search(srv.root, "PostgreSQL")
+    by_meaning = search(srv, "dog")
+    by_words = search(srv, "PostgreSQL")
 
     assert by_meaning.status_code == 200 and by_meaning.headers["cache-control"] == "no-store"
     (first, *_) = hit_blocks(by_meaning.text)
@@ -120,7 +122,7 @@ def test_each_hit_says_where_it_is_from_and_when(serve, make_agent, scripted_mod
         messages=[{"role": "user", "content": "Should the invoices run on PostgreSQL?"}],
     )  # fmt: skip
 
-    page = search(srv.root, "invoices PostgreSQL").text
+    page = search(srv, "invoices PostgreSQL").text
 
     blocks = hit_blocks(page)
     history = next(b for b in blocks if "history entry" in b)
@@ -143,7 +145,7 @@ def test_memory_text_and_the_query_are_escaped_and_keys_redacted(serve, make_age
     )
     srv = serve(agent=agent)
 
-    page = search(srv.root, "Luna <img src=x onerror=alert(1)>").text
+    page = search(srv, "Luna <img src=x onerror=alert(1)>").text
 
     blocks = hit_blocks(page)
     (block,) = blocks
@@ -157,9 +159,9 @@ def test_memory_text_and_the_query_are_escaped_and_keys_redacted(serve, make_age
 def test_the_form_works_without_scripts_and_blank_or_unknown_queries(serve, make_agent):
     srv = serve(agent=make_agent())
 
-    plain = httpx.get(f"{srv.root}/").text
-    blank = search(srv.root, "   ").text
-    nothing = search(srv.root, "zeppelin").text
+    plain = srv.http.get(f"{srv.root}/").text
+    blank = search(srv, "   ").text
+    nothing = search(srv, "zeppelin").text
 
     form = re.search(r"<form method=get action=/ role=search>.*?</form>", plain, flags=re.S)
     assert form is not None
@@ -177,10 +179,10 @@ def test_another_users_memory_is_never_found(hippobot_home, make_agent, serve):
     (owner.workspace / "USER.md").write_text("# User\nThe owner collects stamps.\n")
     srv = serve(agent=owner, api_key=KEY)
     alice_ws = srv.app.state.users.workspace("alice")
-    alice = httpx.Client(base_url=srv.root)
+    alice = srv.browser()
     assert alice.post("/login", data={"token": ALICE}).status_code == 303
     (alice_ws / "USER.md").write_text("# User\nAlice keeps bees on the roof.\n")
-    owner_browser = httpx.Client(base_url=srv.root)
+    owner_browser = srv.browser()
     owner_browser.get("/", params={"token": KEY})
 
     alice_bees = alice.get("/", params={"q": "bees"}).text
@@ -201,10 +203,12 @@ def test_a_search_without_login_gets_the_login_form(serve, make_agent):
     (agent.workspace / "USER.md").write_text("# User\nThe locker code is 4711.\n")
     srv = serve(agent=agent, api_key=KEY)
 
-    anonymous = search(srv.root, "locker")
-    wrong = search(srv.root, "locker", headers={"Authorization": "Bearer nope-nope-nope"})
-    cookie_only = search(srv.root, "locker", cookies={cookie_name(srv.port): "forged-" + "0" * 40})
-    with_key = search(srv.root, "locker", headers={"Authorization": f"Bearer {KEY}"})
+    anonymous = search(srv, "locker")
+    wrong = search(srv, "locker", headers={"Authorization": "Bearer nope-nope-nope"})
+    forger = srv.browser()
+    forger.cookies.set(cookie_name(srv.port), "forged-" + "0" * 40)
+    cookie_only = forger.get("/", params={"q": "locker"})
+    with_key = search(srv, "locker", headers={"Authorization": f"Bearer {KEY}"})
 
     for refused in (anonymous, wrong, cookie_only):
         assert refused.status_code == 401
@@ -216,8 +220,8 @@ def test_a_search_without_login_gets_the_login_form(serve, make_agent):
 def test_a_query_over_the_limit_says_so_and_the_page_still_renders(serve, make_agent):
     srv = serve(agent=make_agent())
 
-    too_long = search(srv.root, "luna " * 101).text
-    at_limit = search(srv.root, "l" * QUERY_MAX_CHARS).text
+    too_long = search(srv, "luna " * 101).text
+    at_limit = search(srv, "l" * QUERY_MAX_CHARS).text
 
     assert f"use at most {QUERY_MAX_CHARS}." in results(too_long)
     assert "Memory files" in too_long and "History" in too_long
@@ -230,7 +234,7 @@ def test_a_broken_index_is_one_line_and_the_rest_of_the_page_renders(serve, make
     (agent.workspace / ".hippobot" / "recall.sqlite3").mkdir(parents=True)  # cannot be opened
     srv = serve(agent=agent)
 
-    response = search(srv.root, "Luna")
+    response = search(srv, "Luna")
 
     assert response.status_code == 200
     section = results(response.text)
@@ -248,8 +252,8 @@ def test_a_failing_embedder_still_shows_the_word_matches_with_a_warning(
     (agent.workspace / "memory" / "MEMORY.md").write_text(MEMORY, encoding="utf-8")
     srv = serve(agent=agent)
 
-    page = search(srv.root, "PostgreSQL").text
-    again = search(srv.root, "PostgreSQL").text
+    page = search(srv, "PostgreSQL").text
+    again = search(srv, "PostgreSQL").text
 
     for each in (page, again):
         section = results(each)

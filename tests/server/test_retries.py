@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
 
@@ -13,9 +12,7 @@ ASK = [{"role": "user", "content": "Please remember: the boat is called Wren."}]
 
 def sdk(srv, **kw) -> openai.OpenAI:
     """A client that retries the way the SDK does by default (twice, with back-off)."""
-    client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=2, **kw)
-    srv.clients.append(client)
-    return client
+    return srv.client(max_retries=2, **kw)
 
 
 def users_of(srv, key: str) -> list[str]:
@@ -41,10 +38,10 @@ def test_a_retry_that_arrives_anyway_gets_the_same_error_without_a_new_turn(serv
     for _ in range(4):
         scripted_model.fail(503)
     body = {"model": "hippobot", "user": "boat", "messages": ASK}
-    first = httpx.post(f"{srv.base_url}/chat/completions", json=body,
+    first = srv.http.post(f"{srv.base_url}/chat/completions", json=body,
                        headers={"x-stainless-retry-count": "0"})
 
-    again = httpx.post(f"{srv.base_url}/chat/completions", json=body,
+    again = srv.http.post(f"{srv.base_url}/chat/completions", json=body,
                        headers={"x-stainless-retry-count": "1"})
 
     assert first.status_code == again.status_code == 502
@@ -66,7 +63,7 @@ def test_sdk_retries_of_a_slow_turn_join_it_and_a_late_retry_gets_the_same_reply
     except openai.APITimeoutError:
         quick = None  # every attempt gave up before the turn was over
     wait_for(lambda: len(session_messages(srv.agent, "api:boat")) == 2, "the turn to finish")
-    late = httpx.post(
+    late = srv.http.post(
         f"{srv.base_url}/chat/completions",
         json={"model": "hippobot", "user": "boat", "messages": ASK},
         headers={"x-stainless-retry-count": "2"},
@@ -147,8 +144,8 @@ def test_a_client_that_says_nothing_about_retries_is_deduplicated_within_seconds
     scripted_model.reply("Stored once.")
     body = {"model": "hippobot", "user": "plain", "messages": ASK}
 
-    first = httpx.post(f"{srv.base_url}/chat/completions", json=body)
-    second = httpx.post(f"{srv.base_url}/chat/completions", json=body)
+    first = srv.http.post(f"{srv.base_url}/chat/completions", json=body)
+    second = srv.http.post(f"{srv.base_url}/chat/completions", json=body)
 
     assert first.json()["choices"][0]["message"]["content"] == "Stored once."
     assert second.json() == first.json()
@@ -162,7 +159,7 @@ def test_once_the_conversation_moved_on_a_retry_of_old_words_is_a_new_turn(serve
     client.chat.completions.create(model="hippobot", user="m", messages=[{"role": "user", "content": "yes"}])
     client.chat.completions.create(model="hippobot", user="m", messages=[{"role": "user", "content": "no"}])
 
-    late = httpx.post(
+    late = srv.http.post(
         f"{srv.base_url}/chat/completions",
         json={"model": "hippobot", "user": "m", "messages": [{"role": "user", "content": "yes"}]},
         headers={"x-stainless-retry-count": "1"},

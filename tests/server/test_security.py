@@ -47,7 +47,7 @@ def test_a_post_that_is_not_json_never_runs_a_turn(serve, scripted_model, conten
     srv = serve()  # even with no key at all
     headers = {"Content-Type": content_type} if content_type else {}
 
-    response = httpx.post(f"{srv.base_url}/chat/completions", content=body, headers=headers)
+    response = srv.http.post(f"{srv.base_url}/chat/completions", content=body, headers=headers)
 
     assert response.status_code == 415
     assert error_code(response) == "unsupported_media_type"
@@ -58,12 +58,12 @@ def test_a_post_that_is_not_json_never_runs_a_turn(serve, scripted_model, conten
 def test_a_json_post_from_a_foreign_page_is_refused(serve, scripted_model):
     srv = serve(api_key=KEY)
 
-    response = httpx.post(
+    response = srv.http.post(
         f"{srv.base_url}/chat/completions",
         json=ASK,
         headers=auth() | {"Origin": "https://evil.example"},
     )
-    page = httpx.get(f"{srv.root}/", headers=auth() | {"Origin": "null"})
+    page = srv.http.get(f"{srv.root}/", headers=auth() | {"Origin": "null"})
 
     assert response.status_code == 403 and error_code(response) == "origin_not_allowed"
     assert "serve.corsOrigins" in response.json()["error"]["message"]
@@ -76,7 +76,7 @@ def test_the_servers_own_origin_is_welcome(serve, scripted_model):
     srv = serve(api_key=KEY)
     scripted_model.reply("fine")
 
-    response = httpx.post(
+    response = srv.http.post(
         f"{srv.base_url}/chat/completions", json=ASK, headers=auth() | {"Origin": srv.root}
     )
 
@@ -88,9 +88,9 @@ def test_the_servers_own_origin_is_welcome(serve, scripted_model):
 def test_dns_rebinding_names_get_nothing(serve, scripted_model, host):
     srv = serve(api_key=KEY)
 
-    page = httpx.get(f"{srv.root}/", headers=auth() | {"Host": host})
-    turn = httpx.post(f"{srv.base_url}/chat/completions", json=ASK, headers=auth() | {"Host": host})
-    health = httpx.get(f"{srv.root}/healthz", headers={"Host": host})
+    page = srv.http.get(f"{srv.root}/", headers=auth() | {"Host": host})
+    turn = srv.http.post(f"{srv.base_url}/chat/completions", json=ASK, headers=auth() | {"Host": host})
+    health = srv.http.get(f"{srv.root}/healthz", headers={"Host": host})
 
     for response in (page, turn, health):
         assert response.status_code == 403 and error_code(response) == "host_not_allowed"
@@ -105,7 +105,7 @@ def test_dns_rebinding_names_get_nothing(serve, scripted_model, host):
 def test_loopback_names_and_ip_addresses_are_served(serve, host):
     srv = serve(api_key=KEY)
 
-    response = httpx.get(f"{srv.base_url}/models", headers=auth() | {"Host": host})
+    response = srv.http.get(f"{srv.base_url}/models", headers=auth() | {"Host": host})
 
     assert response.status_code == 200
 
@@ -113,8 +113,8 @@ def test_loopback_names_and_ip_addresses_are_served(serve, host):
 def test_a_configured_host_name_is_served(serve):
     srv = serve(api_key=KEY, policy=WebPolicy.of(allowed_hosts=["Hippo.Lan"]))
 
-    named = httpx.get(f"{srv.base_url}/models", headers=auth() | {"Host": "hippo.lan:8900"})
-    other = httpx.get(f"{srv.base_url}/models", headers=auth() | {"Host": "other.lan"})
+    named = srv.http.get(f"{srv.base_url}/models", headers=auth() | {"Host": "hippo.lan:8900"})
+    other = srv.http.get(f"{srv.base_url}/models", headers=auth() | {"Host": "other.lan"})
 
     assert named.status_code == 200 and other.status_code == 403
 
@@ -127,7 +127,7 @@ def test_a_configured_origin_gets_cors_and_a_preflight_without_a_key(serve, scri
     srv = serve(api_key=KEY, policy=WebPolicy.of(cors_origins=[app_origin + "/"]))
     scripted_model.reply("from the browser app")
 
-    preflight = httpx.options(
+    preflight = srv.http.options(
         f"{srv.base_url}/chat/completions",
         headers={
             "Origin": app_origin,
@@ -135,11 +135,11 @@ def test_a_configured_origin_gets_cors_and_a_preflight_without_a_key(serve, scri
             "Access-Control-Request-Headers": "authorization, content-type, x-session-id",
         },
     )
-    turn = httpx.post(
+    turn = srv.http.post(
         f"{srv.base_url}/chat/completions", json=ASK, headers=auth() | {"Origin": app_origin}
     )
-    no_key = httpx.post(f"{srv.base_url}/chat/completions", json=ASK, headers={"Origin": app_origin})
-    stranger = httpx.options(
+    no_key = srv.http.post(f"{srv.base_url}/chat/completions", json=ASK, headers={"Origin": app_origin})
+    stranger = srv.http.options(
         f"{srv.base_url}/chat/completions",
         headers={"Origin": "https://other.example", "Access-Control-Request-Method": "POST"},
     )
@@ -160,7 +160,7 @@ def test_a_configured_origin_gets_cors_and_a_preflight_without_a_key(serve, scri
 def test_a_star_in_cors_origins_allows_every_page(serve):
     srv = serve(api_key=KEY, policy=WebPolicy.of(cors_origins=["*"]))
 
-    response = httpx.get(f"{srv.base_url}/models", headers=auth() | {"Origin": "http://any.example"})
+    response = srv.http.get(f"{srv.base_url}/models", headers=auth() | {"Origin": "http://any.example"})
 
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == "http://any.example"
@@ -182,7 +182,7 @@ def test_a_body_over_the_limit_is_a_413_in_openai_shape(serve, scripted_model):
             yield b"y" * 10_000
         yield b'"}]}'
 
-    streamed = httpx.post(
+    streamed = srv.http.post(
         f"{srv.base_url}/chat/completions",
         content=chunks(),
         headers=auth() | {"Content-Type": "application/json"},
@@ -215,9 +215,9 @@ def test_every_api_path_needs_the_key(serve, scripted_model):
     srv = serve(api_key=KEY)
 
     for response in (
-        httpx.get(f"{srv.base_url}/models"),
-        httpx.post(f"{srv.base_url}/chat/completions", json=ASK),
-        httpx.post(f"{srv.base_url}/chat/completions", json=ASK, headers=auth("wrong")),
+        srv.http.get(f"{srv.base_url}/models"),
+        srv.http.post(f"{srv.base_url}/chat/completions", json=ASK),
+        srv.http.post(f"{srv.base_url}/chat/completions", json=ASK, headers=auth("wrong")),
     ):
         assert response.status_code == 401 and error_code(response) == "invalid_api_key"
     assert no_turn_ran(srv, scripted_model)
@@ -225,7 +225,7 @@ def test_every_api_path_needs_the_key(serve, scripted_model):
 
 def test_the_memory_page_logs_in_once_by_url_and_keeps_a_cookie(serve):
     srv = serve(api_key=KEY)
-    browser = httpx.Client(base_url=srv.root)
+    browser = srv.browser()
 
     anonymous = browser.get("/")
     wrong = browser.get("/", params={"token": "nope"})
@@ -248,7 +248,7 @@ def test_the_memory_page_logs_in_once_by_url_and_keeps_a_cookie(serve):
 
 def test_the_login_form_sets_the_cookie(serve):
     srv = serve(api_key=KEY)
-    browser = httpx.Client(base_url=srv.root)
+    browser = srv.browser()
 
     wrong = browser.post("/login", data={"token": "nope"})
     right = browser.post("/login", data={"token": KEY}, headers={"Origin": srv.root})
@@ -265,7 +265,7 @@ def test_the_login_form_sets_the_cookie(serve):
 def test_a_login_from_a_foreign_page_is_refused(serve):
     srv = serve(api_key=KEY)
 
-    response = httpx.post(
+    response = srv.http.post(
         f"{srv.root}/login", data={"token": KEY}, headers={"Origin": "https://evil.example"}
     )
 
@@ -323,11 +323,11 @@ def test_each_person_logs_in_to_the_page_of_their_own_memory(hippobot_home, make
     srv = serve(agent=owner, api_key=KEY)
     alice_ws = srv.app.state.users.workspace("alice")
 
-    alice = httpx.Client(base_url=srv.root)
+    alice = srv.browser()
     login = alice.post("/login", data={"token": alice_key})
     (alice_ws / "USER.md").write_text("# User\nAlice keeps bees.\n")
     page = alice.get("/")
-    owner_browser = httpx.Client(base_url=srv.root)
+    owner_browser = srv.browser()
     owner_browser.get("/", params={"token": KEY})
     owner_page = owner_browser.get("/")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from hippobot.server.identity import session_key
@@ -89,7 +88,7 @@ def test_session_identity_order(headers, body, key):
 def test_a_bad_session_id_is_a_clear_400(serve, scripted_model):
     srv = serve()
 
-    answer = httpx.post(
+    answer = srv.http.post(
         f"{srv.base_url}/chat/completions",
         json={"model": "hippobot", "messages": ask("hi"), "session_id": 5},
     )

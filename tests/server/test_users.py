@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import openai
 import pytest
 
@@ -78,8 +77,8 @@ def test_alice_and_bob_with_the_same_session_id_see_only_their_own(shared, scrip
     assert "4711" not in (workspace_of(srv, "bob") / "USER.md").read_text()
     assert not (srv.agent.workspace / "sessions" / "api" / "notes.jsonl").exists()
     # The memory page shows each person their own files.
-    alice_page = httpx.get(f"{srv.root}/", headers={"Authorization": f"Bearer {ALICE}"})
-    bob_page = httpx.get(f"{srv.root}/", headers={"Authorization": f"Bearer {BOB}"})
+    alice_page = srv.http.get(f"{srv.root}/", headers={"Authorization": f"Bearer {ALICE}"})
+    bob_page = srv.http.get(f"{srv.root}/", headers={"Authorization": f"Bearer {BOB}"})
     assert "Locker code 4711." in alice_page.text and "4711" not in bob_page.text
     # Each workspace is versioned on its own.
     assert (workspace_of(srv, "alice") / ".git").is_dir()
@@ -146,7 +145,7 @@ def test_user_keys_alone_are_enough_to_require_auth(hippobot_home, make_agent, s
     srv = serve(agent=make_agent(), api_key=None)
     scripted_model.reply("Hi.")
 
-    anonymous = httpx.post(f"{srv.base_url}/chat/completions",
+    anonymous = srv.http.post(f"{srv.base_url}/chat/completions",
                            json={"messages": [{"role": "user", "content": "hi"}]})
     srv.client(api_key=ALICE).chat.completions.create(
         model="hippobot", messages=[{"role": "user", "content": "hi"}]

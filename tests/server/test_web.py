@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import shutil
 
-import httpx
-
 
 def test_the_page_shows_memory_files_history_and_versions(serve, make_agent):
     agent = make_agent()
@@ -19,7 +17,7 @@ def test_the_page_shows_memory_files_history_and_versions(serve, make_agent):
     agent.memory.append_history("- Prefers dark mode", session_key="api:ada")
     srv = serve(agent=agent)
 
-    response = httpx.get(f"{srv.root}/")
+    response = srv.http.get(f"{srv.root}/")
 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
@@ -41,7 +39,7 @@ def test_the_page_says_why_versions_are_missing(serve, make_agent):
     shutil.rmtree(agent.workspace / ".git")
     srv = serve(agent=agent)
 
-    page = httpx.get(f"{srv.root}/").text
+    page = srv.http.get(f"{srv.root}/").text
 
     assert "Versioning is not started yet" in page
     assert "No history entries yet." in page
