@@ -5,6 +5,8 @@ from __future__ import annotations
 import compileall
 import fnmatch
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,8 @@ from hypothesis import settings as hypothesis_settings
 from hippobot.agent.agent import Agent
 from hippobot.cli.onboard import onboard
 from hippobot.config import Settings, load_settings
+from hippobot.testing.cli import PRELOAD, SHARED_FORK_SERVER, caller_env
+from hippobot.testing.forkserver import start_shared
 from hippobot.testing.server import ScriptedServer
 
 # Property tests explore the same inputs on every run, so CI is reproducible; set
@@ -46,6 +50,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     compileall.compile_dir(Path(hippobot.__file__).parent, quiet=1)
     _cache_rewritten_test_modules(session.config)
+    if getattr(session.config.option, "numprocesses", None):
+        _share_one_fork_server(session.config)
+
+
+def _share_one_fork_server(config: pytest.Config) -> None:
+    """One warmed-up fork server for every worker's CLI runs (each would warm up its own,
+    ~4 s of CPU); it warms up while the workers collect."""
+    folder = tempfile.mkdtemp(prefix="hippobot-forks-")
+    path = os.path.join(folder, "socket")
+    server = start_shared(path, PRELOAD, env=caller_env())
+    os.environ[SHARED_FORK_SERVER] = path  # the workers start after this hook
+
+    def stop() -> None:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(stop)
 
 
 def _cache_rewritten_test_modules(config: pytest.Config) -> None:

@@ -72,12 +72,18 @@ def test_scripted_call(scripted_server, scripted_model):
 @pytest.mark.allow_network
 def test_opted_out():
     assert socket.socket.connect.__qualname__ == "socket.connect"
+
+def test_the_callers_settings_are_gone_the_test_runs_settings_stay():
+    import os
+    assert "HIPPOBOT_MODEL" not in os.environ and "OPENAI_API_KEY" not in os.environ
+    assert os.environ["HIPPOBOT_TEST_FRESH_CLI"] == "1"
 """
 
 
 def test_fixtures_fail_unscripted_calls_and_honour_the_marker(tmp_path):
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER_TESTS))
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "HIPPOBOT_MODEL": "the-callers-model",
+           "OPENAI_API_KEY": "sk-the-callers-key", "HIPPOBOT_TEST_FRESH_CLI": "1"}
 
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "hippobot.testing.pytest_plugin", "-p", "no:cacheprovider",
@@ -86,7 +92,7 @@ def test_fixtures_fail_unscripted_calls_and_honour_the_marker(tmp_path):
     )  # fmt: skip
 
     out = result.stdout
-    assert "3 passed, 1 error" in out, (
+    assert "4 passed, 1 error" in out, (
         out
     )  # the unscripted test passes its body, errors at teardown
     assert "ERROR at teardown of test_unscripted_http_call" in out

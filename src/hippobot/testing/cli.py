@@ -23,9 +23,17 @@ from hippobot.testing.forkserver import ForkServer
 if TYPE_CHECKING:
     from hippobot.testing.server import ScriptedServer
 
-__all__ = ["PROVIDER_PREFIXES", "caller_env", "run_cli"]
+__all__ = ["FRESH_CLI", "PRELOAD", "PROVIDER_PREFIXES", "SHARED_FORK_SERVER", "TEST_RUN_PREFIX", "caller_env", "run_cli"]
 
 PROVIDER_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
+# Settings of a test run (hippobot never reads them): kept in a test's environment, though
+# never passed on to the hippobot processes it starts.
+TEST_RUN_PREFIX = "HIPPOBOT_TEST_"
+FRESH_CLI = "HIPPOBOT_TEST_FRESH_CLI"
+PRELOAD = "hippobot.testing.forkserver:preload_cli"
+# Where a fork server started with ``start_shared(path, PRELOAD)`` listens: test processes
+# that find this variable join it instead of warming up a server each (pytest-xdist workers).
+SHARED_FORK_SERVER = "HIPPOBOT_TEST_FORK_SERVER"
 _server: ForkServer | None = None
 _server_lock = threading.Lock()
 
@@ -38,8 +46,12 @@ def caller_env() -> dict[str, str]:
 def _fork_server() -> ForkServer:
     global _server
     with _server_lock:
-        if _server is None or _server.proc.poll() is not None:
-            _server = ForkServer("hippobot.testing.forkserver:preload_cli", env=caller_env())
+        if _server is None or not _server.alive:
+            shared = os.environ.get(SHARED_FORK_SERVER)
+            if shared:
+                _server = ForkServer.connect(shared)
+            else:
+                _server = ForkServer(PRELOAD, env=caller_env())
             atexit.register(_server.close)
         return _server
 
@@ -68,7 +80,7 @@ def run_cli(
         )
     env.update(env_extra)
     argv = [sys.executable, "-m", "hippobot", *args]
-    if fresh or os.environ.get("HIPPOBOT_TEST_FRESH_CLI") == "1":
+    if fresh or os.environ.get(FRESH_CLI) == "1":
         return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
                               timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
     streams = Path(tempfile.mkdtemp(prefix="hippobot-cli-"))

@@ -21,6 +21,11 @@ JSON object per line (test → server on stdin, server → test on stdout):
 * when a child ends: ``{"pid": 123, "code": 0 | null, "signal": 9 | null}``;
 * ``{"cmd": "kill", "pid": 123, "signal": 9}``: signal a child (ignored once it ended);
 * end of input: the server kills what is still running and exits.
+
+Started with ``--listen PATH`` (:func:`start_shared`), the server also takes clients on a
+Unix socket, each speaking the same protocol and hearing only of its own children, so the
+workers of one test run share one warmed-up server; a client that leaves takes its
+children with it, and the server ends when its stdin closes.
 """
 
 from __future__ import annotations
@@ -34,15 +39,17 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["ChildStatus", "ForkServer", "cli_main", "preload_cli"]
+__all__ = ["ChildStatus", "ForkServer", "cli_main", "preload_cli", "start_shared"]
 
 
 @dataclass(frozen=True)
@@ -191,99 +198,188 @@ def _child(request: dict[str, Any]) -> None:
         os._exit(code)
 
 
-def serve(preload: str | None) -> None:
-    """The server's main loop (``python -m hippobot.testing.forkserver [PRELOAD]``)."""
+class _Peer:
+    """One client of the server: where its requests come from and its answers go."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.buffered = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):  # a client that went away hears nothing
+            os.write(self.write_fd, (json.dumps(message) + "\n").encode())
+
+
+def serve(preload: str | None, listen: str | None = None) -> None:
+    """The server's main loop (``python -m hippobot.testing.forkserver [--listen PATH] [PRELOAD]``).
+
+    Requests come on stdin, answers go to stdout. With ``listen``, clients may also connect to
+    a Unix socket at that path (bound before the preload, so a client may connect at once and
+    is answered once the server is ready); the server ends when its stdin closes.
+    """
+    listener = None
+    if listen:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(listen)
+        listener.listen(64)
     if preload:
         _resolve(preload)()
     if threading.active_count() != 1:
         raise RuntimeError(f"threads left after preloading: {threading.enumerate()}")
-    out = sys.stdout.fileno()
-
-    def send(message: dict[str, Any]) -> None:
-        os.write(out, (json.dumps(message) + "\n").encode())
-
-    send({"ready": True})
-    children: set[int] = set()
+    control = _Peer(sys.stdin.fileno(), sys.stdout.fileno())
+    peers = {control.read_fd: control}
     selector = selectors.DefaultSelector()
-    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
-    buffered = b""
+    selector.register(control.read_fd, selectors.EVENT_READ)
+    if listener is not None:
+        selector.register(listener.fileno(), selectors.EVENT_READ)
+    control.send({"ready": True})
+    owners: dict[int, _Peer] = {}  # child pid -> the client that asked for it
+
+    def forget(peer: _Peer) -> None:
+        """A client left: its children go too, as a test's children end with the test."""
+        selector.unregister(peer.read_fd)
+        del peers[peer.read_fd]
+        os.close(peer.read_fd)
+        for pid, owner in list(owners.items()):
+            if owner is peer:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def handle(peer: _Peer, request: dict[str, Any]) -> None:
+        if request["cmd"] == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                if listener is not None:
+                    listener.close()
+                for other in peers.values():
+                    if other is not control:
+                        os.close(other.read_fd)
+                _child(request)
+            owners[pid] = peer
+            peer.send({"id": request["id"], "pid": pid})
+        elif request["cmd"] == "kill" and owners.get(request["pid"]) is peer:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(request["pid"], request.get("signal", signal.SIGKILL))
+
     try:
         while True:
-            ready = selector.select(timeout=0.005 if children else None)
-            if ready:
-                chunk = os.read(sys.stdin.fileno(), 65536)
+            for key, _ in selector.select(timeout=0.005 if owners else None):
+                if listener is not None and key.fd == listener.fileno():
+                    conn, _ = listener.accept()
+                    fd = conn.detach()  # one fd for both directions
+                    peers[fd] = _Peer(fd, fd)
+                    selector.register(fd, selectors.EVENT_READ)
+                    peers[fd].send({"ready": True})
+                    continue
+                peer = peers[key.fd]
+                chunk = os.read(peer.read_fd, 65536)
                 if not chunk:
-                    return
-                buffered += chunk
-                *lines, buffered = buffered.split(b"\n")
+                    if peer is control:
+                        return
+                    forget(peer)
+                    continue
+                peer.buffered += chunk
+                *lines, peer.buffered = peer.buffered.split(b"\n")
                 for line in lines:
-                    request = json.loads(line)
-                    if request["cmd"] == "spawn":
-                        pid = os.fork()
-                        if pid == 0:
-                            selector.close()
-                            _child(request)
-                        children.add(pid)
-                        send({"id": request["id"], "pid": pid})
-                    elif request["cmd"] == "kill" and request["pid"] in children:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(request["pid"], request.get("signal", signal.SIGKILL))
-            for pid in list(children):
+                    handle(peer, json.loads(line))
+            for pid in list(owners):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
-                    children.discard(pid)
+                    owner = owners.pop(pid)
                     killed = os.WIFSIGNALED(status)
-                    send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
-                          "signal": os.WTERMSIG(status) if killed else None})
+                    if owner.read_fd in peers:
+                        owner.send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
+                                    "signal": os.WTERMSIG(status) if killed else None})
     finally:
-        for pid in children:
+        for pid in owners:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
+        if listen:
+            with contextlib.suppress(OSError):
+                os.unlink(listen)
 
 
 # --- the client ----------------------------------------------------------------------
 
 
 class ForkServer:
-    """A running fork server; thread-safe, so a test may run children concurrently."""
+    """A fork server to spawn children from; thread-safe, so a test may run children
+    concurrently.
+
+    ``ForkServer(preload)`` starts a server of its own (closed by :meth:`close`);
+    :meth:`connect` joins one that another process started with :func:`start_shared`, so
+    several test processes share one warmed-up server.
+    """
 
     def __init__(self, preload: str | None = None, *, env: dict[str, str] | None = None) -> None:
         args = [sys.executable, "-m", "hippobot.testing.forkserver"]
-        self.proc = subprocess.Popen(args + ([preload] if preload else []),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            args + ([preload] if preload else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=env)
+        self._sock: socket.socket | None = None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._start(self.proc.stdout, self.proc.stdin)
+
+    @classmethod
+    def connect(cls, path: str, timeout: float = 60.0) -> ForkServer:
+        """A client of the shared server listening at ``path``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no fork server is listening at {path}") from None
+                time.sleep(0.05)
+        client = cls.__new__(cls)
+        client.proc = None
+        client._sock = sock
+        client._start(sock.makefile("rb"), sock.makefile("wb"))
+        return client
+
+    def _start(self, reader: IO[bytes], writer: IO[bytes]) -> None:
+        self._in, self._out = reader, writer
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._next_id = 0
         self._pids: dict[int, int] = {}  # request id -> pid
         self._ended: dict[int, ChildStatus] = {}
         self._closed = False
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline()
+        first = reader.readline()
         if json.loads(first or b"null") != {"ready": True}:
-            raise RuntimeError(f"the fork server did not start (exit {self.proc.wait()})")
+            code = self.proc.wait() if self.proc is not None else None
+            raise RuntimeError(f"the fork server did not start (exit {code})")
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
         self._reader.start()
 
+    @property
+    def alive(self) -> bool:
+        with self._lock:
+            return not self._closed
+
     def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            with self._changed:
-                if "id" in message:
-                    self._pids[message["id"]] = message["pid"]
-                else:
-                    self._ended[message["pid"]] = ChildStatus(
-                        message["pid"], message["code"], message["signal"])
-                self._changed.notify_all()
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._in:
+                message = json.loads(line)
+                with self._changed:
+                    if "id" in message:
+                        self._pids[message["id"]] = message["pid"]
+                    else:
+                        self._ended[message["pid"]] = ChildStatus(
+                            message["pid"], message["code"], message["signal"])
+                    self._changed.notify_all()
         with self._changed:
             self._closed = True
             self._changed.notify_all()
 
     def _send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
+        self._out.write((json.dumps(message) + "\n").encode())
+        self._out.flush()
 
     def spawn(self, target: str, args: dict[str, Any] | None = None, *,
               env: dict[str, str] | None = None, cwd: str | None = None,
@@ -317,10 +413,16 @@ class ForkServer:
             self._send({"cmd": "kill", "pid": pid, "signal": int(sig)})
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
+        """Leave the server; one of our own is stopped (its children killed)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._out.close()
+        if self._sock is not None:
             with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+                self._sock.shutdown(socket.SHUT_RDWR)  # the reader thread still holds a file
+                self._sock.close()
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -328,5 +430,17 @@ class ForkServer:
                 self.proc.wait()
 
 
+def start_shared(path: str, preload: str | None = None, *,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a server that test processes join with :meth:`ForkServer.connect`; closing the
+    returned process's stdin stops it. Returns at once: the preload runs meanwhile."""
+    args = [sys.executable, "-m", "hippobot.testing.forkserver", "--listen", path]
+    return subprocess.Popen(args + ([preload] if preload else []), stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, env=env)
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1] if len(sys.argv) > 1 else None)
+    _argv = sys.argv[1:]
+    _listen = _argv[1] if _argv[:1] == ["--listen"] else None
+    _rest = _argv[2:] if _listen else _argv
+    serve(_rest[0] if _rest else None, _listen)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from hippobot.testing.cli import PROVIDER_PREFIXES
+from hippobot.testing.cli import PROVIDER_PREFIXES, TEST_RUN_PREFIX
 from hippobot.testing.scripted import ScriptedModel
 from hippobot.testing.server import ScriptedServer
 
@@ -52,11 +52,12 @@ _home_numbers = itertools.count()
 
 @pytest.fixture(autouse=True)
 def hippobot_home(_hippobot_homes: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own HIPPOBOT_HOME and no provider variables from the caller."""
+    """Every test gets its own HIPPOBOT_HOME and no provider variables from the caller
+    (settings of the test run itself, ``HIPPOBOT_TEST_*``, stay)."""
     import os
 
     for name in list(os.environ):
-        if name.startswith(PROVIDER_PREFIXES):
+        if name.startswith(PROVIDER_PREFIXES) and not name.startswith(TEST_RUN_PREFIX):
             monkeypatch.delenv(name, raising=False)
     home = _hippobot_homes / f"home{next(_home_numbers)}"
     home.mkdir()
