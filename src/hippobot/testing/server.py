@@ -10,6 +10,7 @@ client sees as an incomplete body, as with a real dropped connection.
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import threading
 import time
@@ -541,6 +542,27 @@ class _Server(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self._wake_read, self._wake_write = socket.socketpair()
+
+    def serve_until_stopped(self) -> None:
+        """``serve_forever`` without its polling: :meth:`stop_serving` wakes the loop at once
+        (stopping a polling loop costs a test its poll interval, every time)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self.stopping.is_set():
+                for key, _ in selector.select():
+                    if key.fileobj is self and not self.stopping.is_set():
+                        self.handle_request()  # readable: accepts without waiting
+
+    def stop_serving(self) -> None:
+        self.stopping.set()  # also wakes any scripted hang
+        self._wake_write.send(b"x")
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._wake_read.close()
+        self._wake_write.close()
 
     def track(self, conn: socket.socket, *, add: bool) -> None:
         with self._conns_lock:
@@ -591,10 +613,7 @@ class ScriptedServer:
         if self._server is None:
             self._server = _Server(self.model)
             self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="scripted-model-server",
-                daemon=True,
+                target=self._server.serve_until_stopped, name="scripted-model-server", daemon=True,
             )
             self._thread.start()
         return self
@@ -604,12 +623,11 @@ class ScriptedServer:
         if server is None:
             return
         self._server = self._thread = None
-        server.stopping.set()
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()
+        server.stop_serving()
         if thread is not None:
             thread.join(timeout=5)
+        server.drop_connections()
+        server.server_close()
 
     def __enter__(self) -> ScriptedServer:
         return self.start()
