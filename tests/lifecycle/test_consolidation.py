@@ -202,3 +202,47 @@ async def test_a_save_summary_tool_call_is_accepted(make_agent, scripted_model):
     outcome = await agent.consolidator.archive_until(session, len(session.messages))
     assert outcome is not None and not outcome.raw
     assert history_lines(agent)[0]["content"] == "- [permanent] User prefers tea over coffee"
+
+
+async def test_a_background_consolidation_leaves_a_turn_still_running_alone(make_agent, scripted_model):
+    """Another process (or a turn of this one) is half-way through a turn in the session:
+    its tool call is on disk, its result not yet. Consolidation must neither cut that turn
+    in two nor show the model a stand-in result for it."""
+    from hippobot.agent.agent import Agent
+    from hippobot.session.model import SYNTHETIC_TOOL_RESULT
+
+    agent = make_agent(**SMALL)
+    scripted_model.fallback = archivist
+    key = "cli:direct"
+    await chat(agent, 6)
+    other = Agent(agent.settings)  # a second process on the same workspace
+    theirs = await other.sessions.aget(key)
+    call = {"id": "call_running", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": "USER.md"})}}
+    filler = "Their turn: tomatoes, compost heaps and rain barrels, at length. " * 160
+    await other.sessions.append(theirs, {"role": "user", "content": filler})
+    await other.sessions.append(theirs, {"role": "assistant", "content": "", "tool_calls": [call]})
+    asked_at = len(theirs.messages) - 2
+    before = len(scripted_model.requests)
+
+    await agent.consolidator.consolidate_locked(key)
+
+    ours = agent.sessions.get(key)
+    assert ours.last_consolidated > 0, "consolidation was due: the test did not test"
+    assert ours.last_consolidated <= asked_at, "the running turn was cut in two"
+    summary_requests = scripted_model.requests[before:]
+    assert summary_requests and all(is_archive_request(r) for r in summary_requests)
+    assert not any(m.get("content") == SYNTHETIC_TOOL_RESULT
+                   for r in summary_requests for m in r.messages), "a stand-in for a result still to come"
+
+    # Their turn ends; our next turn replays the call with its real result.
+    await other.sessions.append(theirs, {"role": "tool", "tool_call_id": "call_running",
+                                         "name": "read_file", "content": "# User"})
+    await other.sessions.append(theirs, {"role": "assistant", "content": "Read it."})
+    await other.aclose()
+    scripted_model.reply("Noted.")
+    await agent.turn(key, "and now?")
+    replay = scripted_model.requests[-1].messages
+    at = next(i for i, m in enumerate(replay) if m.get("tool_calls") == [call])
+    assert replay[at + 1] == {"role": "tool", "tool_call_id": "call_running", "name": "read_file",
+                              "content": "# User"}

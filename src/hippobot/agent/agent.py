@@ -469,11 +469,11 @@ class Agent:
             return
         self.check_window(session)
         if self.consolidator.idle_due(session):
-            await self.consolidator.compact_idle(session)
+            await self.consolidator.compact_idle(session, turn_held=True)
         if self.consolidator.estimate(session) >= self.budget.input:
             if on_event:
                 on_event(Notice("archiving older messages to make room…"))
-            await self.consolidator.consolidate(session)
+            await self.consolidator.consolidate(session, turn_held=True)
 
     def _memory_snapshot(self) -> dict[str, bytes]:
         """The versioned files (memory and prompt files) as they are before a turn's tools

@@ -8,6 +8,10 @@ Invariants
   and never lost.
 - The session's turn lock is *not* held during the model call: a background consolidation never
   makes the user wait. A cross-process file lock keeps one consolidation per session.
+- So, in the background, an unfinished last turn may be running (here or in another process):
+  it is not archived (its tool results would land after the cut and be dropped from every
+  replay) and the summary request does not replay it (the replay would show stand-ins for
+  results still to come). Under the turn lock (before a turn) such a turn was interrupted.
 - The summary request normally shares the previous request's prefix (same system prompt, same
   replay, same tools, ``tool_choice="none"``) with the instruction as the last user message, so
   the provider's prompt cache serves it. When the slice is no longer in the replay (the window
@@ -88,6 +92,21 @@ def legal_boundaries(messages: list[Message], start: int) -> list[tuple[int, boo
     return out
 
 
+def open_turn_start(messages: list[Message], start: int) -> int | None:
+    """Where the last turn begins when it is unfinished (not yet ended by a reply without
+    tool calls), else ``None``. Without the session's turn lock, such a turn may be running,
+    here or in another process: its tool results are still to come."""
+    if len(messages) <= start:
+        return None
+    last = messages[-1]
+    if last.get("role") == "assistant" and not last.get("tool_calls"):
+        return None
+    for index in range(len(messages) - 1, start - 1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return start
+
+
 class Consolidator:
     """Archives sessions of one workspace. Collaborators: the sessions, the memory store,
     the prompt assembler (the same request a turn sends), the model, the budget, the
@@ -161,11 +180,15 @@ class Consolidator:
         session = await self.sessions.aget(key)
         return await self.consolidate(session, only_if_due=True)
 
-    async def consolidate(self, session: Session, *, only_if_due: bool = False) -> int:
+    async def consolidate(
+        self, session: Session, *, only_if_due: bool = False, turn_held: bool = False
+    ) -> int:
         """Archive oldest slices until the prompt is at the target; returns entries written.
 
         The target leaves at least half the conversation's room free (agent.budget), so the
-        next consolidation is several turns away even in a 4,096-token window.
+        next consolidation is several turns away even in a 4,096-token window. ``turn_held``:
+        the caller holds the session's turn lock, so an unfinished last turn was interrupted;
+        otherwise that turn may still be running and is neither archived nor replayed.
         """
         async with self._session_lock(session.key):
             if not await self._file_lock(session.key, timeout=0):
@@ -187,11 +210,12 @@ class Consolidator:
                     # estimate lands just over the target and a second round (a second full
                     # request outside the prompt cache) follows.
                     room = min(2000, max(32, (target - overhead) // 8))
-                    end = self._pick_boundary(session, estimate - target + room)
+                    end = self._pick_boundary(session, estimate - target + room, turn_held)
                     if end is None:
                         log.info("session %s: no legal boundary to consolidate at", session.key)
                         break
-                    outcome = await self._archive(session, session.last_consolidated, end)
+                    outcome = await self._archive(session, session.last_consolidated, end,
+                                                  turn_held)
                     written += outcome.entry is not None
                     new_estimate = self.estimate(session)
                     if new_estimate >= estimate:
@@ -201,8 +225,13 @@ class Consolidator:
             finally:
                 self._release_file_lock(session.key)
 
-    async def archive_until(self, session: Session, end: int) -> SliceOutcome | None:
-        """Archive everything before ``end`` (used by ``/new`` and idle compaction)."""
+    async def archive_until(
+        self, session: Session, end: int, *, turn_held: bool = False
+    ) -> SliceOutcome | None:
+        """Archive everything before ``end`` (used by ``/new`` and idle compaction), as asked
+        even when the last turn is unfinished (a failed turn's message goes too); only the
+        summary request then avoids replaying a turn that may be running (see
+        :meth:`consolidate`)."""
         async with self._session_lock(session.key):
             if not await self._file_lock(session.key, timeout=30):
                 return None
@@ -212,18 +241,18 @@ class Consolidator:
                 end = min(end, len(session.messages))  # a stored fresh_start may be past the end
                 if session.last_consolidated >= end:
                     return None
-                return await self._archive(session, session.last_consolidated, end)
+                return await self._archive(session, session.last_consolidated, end, turn_held)
             finally:
                 self._release_file_lock(session.key)
 
-    async def compact_idle(self, session: Session) -> None:
+    async def compact_idle(self, session: Session, *, turn_held: bool = False) -> None:
         """Archive an idle session's whole unconsolidated part and keep it as its summary.
 
         The raw messages stay in the session file (append-only); only the pointer moves, and
         the summary gives the next turn its continuity.
         """
         last_active = session.updated_at
-        outcome = await self.archive_until(session, len(session.messages))
+        outcome = await self.archive_until(session, len(session.messages), turn_held=turn_held)
         if outcome and outcome.entry is not None and not outcome.raw:
             session.summary = ArchivedSummary(text=outcome.entry.content, last_active=last_active)
             await self.sessions.save_meta(session)
@@ -256,13 +285,17 @@ class Consolidator:
                     session.last_consolidated = src.end
                 break
 
-    def _pick_boundary(self, session: Session, to_remove: int) -> int | None:
+    def _pick_boundary(self, session: Session, to_remove: int, turn_held: bool) -> int | None:
         start = session.last_consolidated
         msgs = session.messages
         bounds = legal_boundaries(msgs, start)
-        # Never archive the user's newest message before it has been answered.
+        # Never archive the user's newest message before it has been answered...
         if msgs and msgs[-1].get("role") == "user":
             bounds = [(b, u) for b, u in bounds if b < len(msgs)]
+        # ...nor a turn that may still be running: its tool results would land after the cut.
+        running = None if turn_held else open_turn_start(msgs, start)
+        if running is not None:
+            bounds = [(b, u) for b, u in bounds if b <= running]
         if not bounds:
             return None
         removed, i = 0, start
@@ -282,7 +315,9 @@ class Consolidator:
         user_bounds = [b for b, u in bounds if u]
         return user_bounds[-1] if user_bounds else bounds[-1][0]
 
-    async def _archive(self, session: Session, start: int, end: int) -> SliceOutcome:
+    async def _archive(
+        self, session: Session, start: int, end: int, turn_held: bool
+    ) -> SliceOutcome:
         key = session.key
         chunk = session.messages[start:end]
         visible = [m for m in chunk if not m.get("_command")]
@@ -290,7 +325,7 @@ class Consolidator:
             await self._advance(session, end)
             return SliceOutcome(start, end, None)
         try:
-            parsed = await self._summarise(session, start, end)
+            parsed = await self._summarise(session, start, end, turn_held)
             failure = None if parsed.ok else "the model's answer followed no known format"
         except ProviderError as exc:
             # an endpoint may echo the key it rejected; the reason goes into the archive
@@ -321,8 +356,12 @@ class Consolidator:
             session.last_consolidated = end
             await self.sessions.save_meta(session)
 
-    async def _summarise(self, session: Session, start: int, end: int) -> ParsedSummary:
-        prefix = self._prefix_request(session, start, end)
+    async def _summarise(
+        self, session: Session, start: int, end: int, turn_held: bool
+    ) -> ParsedSummary:
+        # The replay would stand in for the missing results of a turn that may be running.
+        running = not turn_held and open_turn_start(session.messages, end) is not None
+        prefix = None if running else self._prefix_request(session, start, end)
         if prefix is not None:
             return await self._ask(prefix[0], prefix[1], tool_mode=False)
         return await self._summarise_transcript(session, start, end)
