@@ -72,7 +72,8 @@ def _share_one_fork_server(config: pytest.Config) -> None:
 
 
 def _cache_rewritten_test_modules(config: pytest.Config) -> None:
-    """Write pytest's cache of assert-rewritten test modules, split over the CPUs.
+    """Write pytest's cache of assert-rewritten modules (the tests and the pytest plugins),
+    split over the CPUs.
 
     pytest reads this cache even where it may not write it. The cache is its own format
     (internal to pytest); if that changes, this does nothing and workers rewrite as before.
@@ -88,10 +89,13 @@ def _cache_rewritten_test_modules(config: pytest.Config) -> None:
     if state is None:
         return
     patterns = [*config.getini("python_files"), "conftest.py"]
+    sources = [path for path in sorted(Path(__file__).parent.rglob("*.py"))
+               if any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)]
+    # pytest also rewrites the plugins it loads (hypothesis, xdist, anyio, …), in every worker.
+    plugins = getattr(state.hook, "_rewritten_names", {})
+    sources += [Path(path) for path in plugins.values() if str(path).endswith(".py")]
     todo: list[tuple[Path, Path]] = []
-    for source in sorted(Path(__file__).parent.rglob("*.py")):
-        if not any(fnmatch.fnmatch(source.name, pattern) for pattern in patterns):
-            continue
+    for source in dict.fromkeys(sources):
         cache_dir = rewrite.get_cache_dir(source)
         cached = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
         if rewrite._read_pyc(source, cached) is None:
