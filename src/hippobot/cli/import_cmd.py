@@ -1,6 +1,6 @@
 """``hippobot import nanobot [PATH]``: set up hippobot's home from a nanobot home."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: see the note in cli/main.py.
 
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
 """``hippobot memory show|history|search|reindex|log|restore``."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: see the note in cli/main.py.
 
 import json
 import sys

@@ -1,6 +1,6 @@
 """``hippobot sessions list|show|delete``: conversations as a person reads them."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: see the note in cli/main.py.
 
 import asyncio
 import sys

@@ -1,6 +1,6 @@
 """``hippobot usage``: model requests and tokens per day and kind of job, from the ledger."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: see the note in cli/main.py.
 
 import sys
 from typing import Annotated
