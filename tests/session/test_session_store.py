@@ -409,16 +409,16 @@ def test_a_process_dying_while_it_creates_a_session_leaves_no_headerless_file(
     """Killed between creating a new session's file and writing it, a process used to leave
     an empty session file (found by the SIGKILL suite); the file now appears whole or not at
     all, and the next start writes the session as usual."""
-    import hippobot.session.store as store_module
+    import hippobot.atomic as atomic_module
 
-    real_write_all = store_module._write_all
+    real_write_fully = atomic_module._write_fully
 
-    def die(fd: int, data: bytes, restore_size: int) -> None:
+    def die(fd: int, data: bytes) -> None:
         raise SystemExit("killed")  # BaseException, like the process ending mid-write
 
     store = JsonlSessionStore(tmp_path)
     session = Session(KEY)
-    monkeypatch.setattr(store_module, "_write_all", die)
+    monkeypatch.setattr(atomic_module, "_write_fully", die)
     with pytest.raises(SystemExit):
         store.append(session, [session.add({"role": "user", "content": "hello"})])
 
@@ -426,7 +426,7 @@ def test_a_process_dying_while_it_creates_a_session_leaves_no_headerless_file(
     assert not path.exists()
     assert [p.name for p in path.parent.iterdir()] == []  # no temp file left either
 
-    monkeypatch.setattr(store_module, "_write_all", real_write_all)
+    monkeypatch.setattr(atomic_module, "_write_fully", real_write_fully)
     fresh = JsonlSessionStore(tmp_path)
     again = Session(KEY)
     fresh.append(again, [again.add({"role": "user", "content": "hello"})])

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from hippobot.atomic import atomic_write_text
 from hippobot.config import Settings
 from hippobot.config.loader import strip_json_comments
-from hippobot.memory.atomic import atomic_write_text
 
 __all__ = ["OnboardResult", "ensure_workspace", "onboard", "record_workspace"]
 

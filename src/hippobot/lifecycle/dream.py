@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from hippobot.atomic import atomic_write_text
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle.accounting import (
     Fact,
@@ -44,7 +45,6 @@ from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
 from hippobot.memory.ledger import RevertLedger, content_lines, restates
-from hippobot.memory.store import atomic_write_text
 from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect

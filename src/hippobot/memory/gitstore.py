@@ -35,7 +35,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import time
 import zlib
 from collections import deque
@@ -61,6 +60,7 @@ from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
 
+from hippobot.atomic import atomic_write_bytes
 from hippobot.errors import HippobotError, StorageError, UserError
 from hippobot.locks import LockTimeout, locked
 from hippobot.memory.gitdiff import (
@@ -239,20 +239,6 @@ def _load(repo: Repo, ids: dict[str, bytes]) -> Snapshot:
 def _local_offset() -> int:
     offset = datetime.now().astimezone().utcoffset()
     return int(offset.total_seconds()) if offset else 0
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_regular(path: Path) -> bytes | None:
@@ -492,7 +478,7 @@ class GitStore:
         existing = path.read_text("utf-8", "surrogateescape") if path.exists() else ""
         merged = _merge_ignore(existing, _ignore_lines(self.tracked))
         if merged != existing:
-            _atomic_write(path, merged.encode("utf-8", "surrogateescape"))
+            atomic_write_bytes(path, merged.encode("utf-8", "surrogateescape"))
 
     def commit(self, message: str, contents: Mapping[str, bytes | None] | None = None) -> str | None:
         """Commit the store paths as they are on disk; the new sha, or None if unchanged.
@@ -542,8 +528,8 @@ class GitStore:
             return data
         out = clean.encode("utf-8", "surrogateescape")
         log.warning("removed a configured key from %s before versioning it", path)
-        with contextlib.suppress(OSError):
-            _atomic_write(path, out)
+        with contextlib.suppress(StorageError):
+            atomic_write_bytes(path, out)
         return out
 
     def _commit(
@@ -796,6 +782,6 @@ class GitStore:
                 if data is None:
                     path.unlink(missing_ok=True)
                 else:
-                    _atomic_write(path, data)
+                    atomic_write_bytes(path, data)  # a StorageError of its own
             except OSError as err:
                 raise StorageError(f"could not write {path}: {err.strerror or err}") from err

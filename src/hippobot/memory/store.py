@@ -42,9 +42,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from hippobot.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
-from hippobot.memory.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.memory.history import (
     MAX_CURSOR,
     HistoryEntry,

@@ -20,7 +20,6 @@ import copy
 import errno
 import logging
 import os
-import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from hippobot.atomic import atomic_write_bytes
 from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
@@ -164,29 +164,6 @@ def _write_all(fd: int, data: bytes, restore_size: int) -> None:
 def _last_byte(fd: int, size: int) -> bytes:
     os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND still sends writes to the end
     return os.read(fd, 1)
-
-
-def _open_creating_dirs(path: Path, flags: int) -> int:
-    """``os.open`` that creates missing parent directories (only when they are missing)."""
-    flags |= getattr(os, "O_BINARY", 0)  # no newline translation on Windows
-    try:
-        return os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, flags, 0o644)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # directories cannot be opened on every platform
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on directories (EINVAL); the data is written
-    finally:
-        os.close(fd)
 
 
 class JsonlSessionStore:
@@ -462,19 +439,8 @@ class JsonlSessionStore:
             self._track(session, inode, len(data), meta_state(session))
 
     def _replace(self, path: Path, data: bytes) -> int:
-        temp = path.with_name(f".tmp-{secrets.token_hex(8)}")
-        try:
-            fd = _open_creating_dirs(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            try:
-                _write_all(fd, data, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, path)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        """Write the whole file aside and rename it into place; returns its inode."""
+        atomic_write_bytes(path, data)
         return os.stat(path).st_ino
 
     def delete(self, key: str) -> bool:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from hippobot.errors import ToolError
+from hippobot.atomic import atomic_write_bytes
+from hippobot.errors import StorageError, ToolError
 from hippobot.tools.base import Tool
 from hippobot.tools.paths import PathPolicy
 
@@ -288,53 +287,16 @@ def _read(policy: PathPolicy, path: str, offset: int, limit: int | None, cap: in
 
 
 def _atomic_write(target: Path, data: bytes, *, display: str) -> None:
-    """Replace ``target`` with ``data`` atomically, keeping an existing file's mode."""
+    """Replace ``target`` with ``data`` atomically (:func:`hippobot.atomic.atomic_write_bytes`,
+    which keeps an existing file's mode); a failure names the file as the model wrote it."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+        atomic_write_bytes(target, data)
+    except StorageError as exc:
+        cause = exc.__cause__
+        reason = (getattr(cause, "strerror", None) or cause) if cause is not None else exc
         raise ToolError(
-            f"cannot create the directory for {display}: {exc.strerror or exc}"
+            f"cannot write {display}: {reason}; the existing file was left unchanged"
         ) from None
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise ToolError(f"cannot write {display}: {exc.strerror or exc}") from None
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as exc:
-        raise ToolError(
-            f"cannot write {display}: {exc.strerror or exc}; the existing file was left unchanged"
-        ) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable; not every platform or filesystem allows this."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # --- list ---------------------------------------------------------------------------

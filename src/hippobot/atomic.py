@@ -1,7 +1,8 @@
 """Atomic file replacement: readers see the old file or the new one, whole, never a mix.
 
-Used for every rewrite of a memory file (Markdown files, cursors, a compacted history).
-``hippobot.memory.store`` re-exports these names.
+The one way hippobot replaces a file: memory files, cursors, a compacted history, config,
+a new session file, files the model writes with its tools, files a version restore writes.
+``hippobot.memory`` re-exports these names.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_fully(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -54,15 +53,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # an interrupted write leaves no temp file either
         try:
             tmp.unlink()
         except OSError:
             pass
-        raise StorageError(
-            f"could not write {path}: {exc}; the previous file is unchanged"
-        ) from exc
+        if isinstance(exc, OSError):
+            raise StorageError(
+                f"could not write {path}: {exc}; the previous file is unchanged"
+            ) from exc
+        raise
     _fsync_dir(directory)
+
+
+def _write_fully(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
