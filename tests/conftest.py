@@ -19,8 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hippobot.agent.agent import Agent
 from hippobot.cli.onboard import onboard
 from hippobot.config import Settings, load_settings
-from hippobot.testing.cli import PRELOAD, SHARED_FORK_SERVER, caller_env
-from hippobot.testing.forkserver import start_shared
+from hippobot.testing.cli import share_fork_server
 from hippobot.testing.server import ScriptedServer
 
 # Property tests explore the same inputs on every run, so CI is reproducible; set
@@ -58,9 +57,7 @@ def _share_one_fork_server(config: pytest.Config) -> None:
     """One warmed-up fork server for every worker's CLI runs (each would warm up its own,
     ~4 s of CPU); it warms up while the workers collect."""
     folder = tempfile.mkdtemp(prefix="hippobot-forks-")
-    path = os.path.join(folder, "socket")
-    server = start_shared(path, PRELOAD, env=caller_env())
-    os.environ[SHARED_FORK_SERVER] = path  # the workers start after this hook
+    server = share_fork_server(os.path.join(folder, "socket"))  # the workers start after this
 
     def stop() -> None:
         assert server.stdin is not None
@@ -100,6 +97,8 @@ def _cache_rewritten_test_modules(config: pytest.Config) -> None:
         cached = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
         if rewrite._read_pyc(source, cached) is None:
             todo.append((source, cached))
+    if not todo:
+        return
 
     def rewrite_all(batch: list[tuple[Path, Path]]) -> None:
         for source, cached in batch:
@@ -121,7 +120,7 @@ def _cache_rewritten_test_modules(config: pytest.Config) -> None:
             finally:
                 os._exit(0)
         children.append(pid)
-    rewrite_all(todo[0::max(shares, 1)])
+    rewrite_all(todo[0::shares])
     for pid in children:
         os.waitpid(pid, 0)
 

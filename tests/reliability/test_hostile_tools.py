@@ -21,6 +21,7 @@ from hippobot.cli.onboard import onboard
 from hippobot.config import load_settings
 from hippobot.providers.retry import RetryPolicy
 from hippobot.session.keys import key_to_relpath
+from hippobot.testing.process import process_running
 
 from .harness import request_violations
 
@@ -138,14 +139,6 @@ async def test_file_tools_refuse_every_way_out_of_the_workspace(
     assert request_violations(scripted_model.requests[-1].messages) == []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 async def test_exec_timeout_kills_the_whole_process_group(tmp_path, scripted_server,
                                                           scripted_model):
     # Unsandboxed, so the pids it writes are ours (in the sandbox they are its own PID space).
@@ -163,10 +156,10 @@ async def test_exec_timeout_kills_the_whole_process_group(tmp_path, scripted_ser
     pids = [int(p) for p in (agent.workspace / "pids").read_text().split()]
     assert len(pids) == 3
     for _ in range(50):  # the kill is sent; give the kernel a moment to finish it
-        if not any(_alive(pid) for pid in pids):
+        if not any(process_running(pid) for pid in pids):
             break
         await asyncio.sleep(0.05)
-    assert not [pid for pid in pids if _alive(pid)], "processes survived the timeout"
+    assert not [pid for pid in pids if process_running(pid)], "processes survived the timeout"
 
 
 async def test_exec_output_is_capped_before_it_reaches_the_session(tmp_path, scripted_server,

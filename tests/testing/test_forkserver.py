@@ -11,6 +11,7 @@ import pytest
 
 from hippobot.testing.cli import run_cli
 from hippobot.testing.forkserver import ForkServer, start_shared
+from hippobot.testing.process import process_running
 
 
 @pytest.mark.parametrize("args", [["--help"], ["no-such-command"], ["memory", "show"], ["status"]])
@@ -76,9 +77,9 @@ def test_processes_sharing_one_server_each_get_their_own_children(tmp_path: Path
             first.wait(sleeper, timeout=0.5)
         first.close()  # a client that leaves takes its children with it
         deadline = time.monotonic() + 30
-        while _running(sleeper) and time.monotonic() < deadline:
+        while process_running(sleeper) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(sleeper)
+        assert not process_running(sleeper)
         assert second.wait(second.spawn(f"{target}:main", {"sleep": 0, "code": 0}), timeout=30).returncode == 0
     finally:
         first.close()
@@ -87,14 +88,6 @@ def test_processes_sharing_one_server_each_get_their_own_children(tmp_path: Path
         server.stdin.close()  # the starter closing stdin stops the server
         assert server.wait(30) == 0
     assert not Path(path).exists()
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_client_may_connect_before_the_shared_server_is_ready(tmp_path: Path):

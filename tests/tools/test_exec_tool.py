@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hippobot.testing.process import process_running
 from hippobot.tools import ToolRegistry, exec_tool, scrub_env
 from hippobot.tools.shell import DEFAULT_DENY_PATTERNS, denied_reason
 
@@ -22,28 +23,13 @@ async def sh(registry: ToolRegistry, command: str, **kwargs: object):
     return await registry.execute("exec", json.dumps({"command": command, **kwargs}))
 
 
-def process_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (a zombie waiting for its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-
 def wait_until_gone(pid: int, deadline_s: float = 10.0) -> bool:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if process_gone(pid):
+        if not process_running(pid):
             return True
         time.sleep(0.05)
-    return process_gone(pid)
+    return not process_running(pid)
 
 
 async def test_stdout_stderr_and_exit_code(tmp_path):

@@ -18,12 +18,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hippobot.testing.forkserver import ForkServer
+from hippobot.testing.forkserver import ForkServer, start_shared
 
 if TYPE_CHECKING:
     from hippobot.testing.server import ScriptedServer
 
-__all__ = ["FRESH_CLI", "PRELOAD", "PROVIDER_PREFIXES", "SHARED_FORK_SERVER", "TEST_RUN_PREFIX", "caller_env", "run_cli"]
+__all__ = ["FRESH_CLI", "PRELOAD", "PROVIDER_PREFIXES", "SHARED_FORK_SERVER", "TEST_RUN_PREFIX", "caller_env", "run_cli", "share_fork_server"]
 
 PROVIDER_PREFIXES = ("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")
 # Settings of a test run (hippobot never reads them): kept in a test's environment, though
@@ -41,6 +41,15 @@ _server_lock = threading.Lock()
 def caller_env() -> dict[str, str]:
     """This process's environment without hippobot's or any provider's variables."""
     return {k: v for k, v in os.environ.items() if not k.startswith(PROVIDER_PREFIXES)}
+
+
+def share_fork_server(path: str) -> subprocess.Popen[bytes]:
+    """Start the fork server that the processes this one starts next (pytest-xdist workers)
+    join instead of warming up one each; it listens at ``path``, and closing the returned
+    process's stdin stops it."""
+    server = start_shared(path, PRELOAD, env=caller_env())
+    os.environ[SHARED_FORK_SERVER] = path
+    return server
 
 
 def _fork_server() -> ForkServer:

@@ -283,14 +283,19 @@ def serve(preload: str | None, listen: str | None = None) -> None:
                 *lines, peer.buffered = peer.buffered.split(b"\n")
                 for line in lines:
                     handle(peer, json.loads(line))
-            for pid in list(owners):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    owner = owners.pop(pid)
+            while owners:  # one call when nothing ended, however many children run
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                owner = owners.pop(pid, None)
+                # (a file descriptor number is reused: a client that left has no successor)
+                if owner is not None and peers.get(owner.read_fd) is owner:
                     killed = os.WIFSIGNALED(status)
-                    if owner.read_fd in peers:
-                        owner.send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
-                                    "signal": os.WTERMSIG(status) if killed else None})
+                    owner.send({"pid": pid, "code": None if killed else os.WEXITSTATUS(status),
+                                "signal": os.WTERMSIG(status) if killed else None})
     finally:
         for pid in owners:
             with contextlib.suppress(OSError):

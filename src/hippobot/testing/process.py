@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TEST_API_KEY", "ServeProcess", "spawn_serve"]
+__all__ = ["TEST_API_KEY", "ServeProcess", "process_running", "spawn_serve"]
 
 TEST_API_KEY = "sk-test-key-000000000000"
 
@@ -92,3 +92,18 @@ def spawn_serve(
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     return ServeProcess(proc, lines, reader)
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` still runs; a zombie waiting for its parent to reap it has ended."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: ask the kernel (a zombie then counts as running)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True

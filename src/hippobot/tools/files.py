@@ -292,8 +292,7 @@ def _atomic_write(target: Path, data: bytes, *, display: str) -> None:
     try:
         atomic_write_bytes(target, data)
     except StorageError as exc:
-        cause = exc.__cause__
-        reason = (getattr(cause, "strerror", None) or cause) if cause is not None else exc
+        reason = getattr(exc.__cause__, "strerror", None) or exc.__cause__ or exc
         raise ToolError(
             f"cannot write {display}: {reason}; the existing file was left unchanged"
         ) from None
