@@ -1,11 +1,10 @@
-"""CPU per request through the real OpenAI SDK adapter, by conversation length.
+"""CPU per request through the OpenAI-compatible adapter, by conversation length.
 
 ``python -m benchmarks.sdk_request`` sends one conversation of 20, 200 and 1,000 messages
-through :class:`~hippobot.providers.openai_compat.OpenAICompatProvider` to the scripted
-model on 127.0.0.1, eight times each, and prints the median CPU time per request (this
-process: the adapter, the SDK, and the scripted server's thread). The second row sends the
-same requests with the bulky parameters through the SDK's own parameter transform, as
-hippobot did before: the cost it avoids, which grows with the conversation.
+through :class:`~hippobot.providers.openai_compat.OpenAICompatProvider` (hippobot's own
+client over httpx) to the scripted model on 127.0.0.1, eight times each, and prints the
+median CPU time per request (this process: the adapter, httpx, and the scripted server's
+thread).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import asyncio
 import statistics
 import time
 
-import hippobot.providers.openai_compat as oc
 from hippobot.providers.base import ChatRequest
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.testing.scripted import ScriptedModel
@@ -46,15 +44,10 @@ async def main() -> None:
     model = ScriptedModel()
     model.fallback = lambda r: "ok"
     with ScriptedServer(model) as srv:
-        for label, patch in (("as is (now)", None), ("through the SDK transform (before)", lambda p: p)):
-            real = oc.sent_as_is
-            if patch:
-                oc.sent_as_is = patch
-            p = OpenAICompatProvider(api_key="sk-x", api_base=srv.base_url)
-            row = [f"{n}: {await run(p, n):.1f} ms" for n in (20, 200, 1000)]
-            await p.aclose()
-            oc.sent_as_is = real
-            print(f"{label:38s}", ", ".join(row))
+        p = OpenAICompatProvider(api_key="sk-x", api_base=srv.base_url)
+        row = [f"{n}: {await run(p, n):.1f} ms" for n in (20, 200, 1000)]
+        await p.aclose()
+        print(f"{'CPU per request':38s}", ", ".join(row))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Sessions and prompts are OpenAI-shaped (SPEC 3.1), so this module converts a request on
 the way out (:func:`to_anthropic`, a pure function) and folds Anthropic's stream events
-into the same typed events as every other provider. The ``anthropic`` SDK is imported only
-when the first request is made (importing it costs about three seconds).
+into the same typed events as every other provider. The wire protocol (a streamed
+``POST /v1/messages``) is spoken here directly over :mod:`._http`; no SDK is involved.
 
 Prompt caching: the system block and the last block of the last message carry
 ``cache_control: ephemeral``, so the stable prefix (tools, system prompt, replayed history)
@@ -12,16 +12,13 @@ is read from cache on the next turn.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hippobot.errors import ProviderError
 from hippobot.messages import content_text
-from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient, http_client, sent_as_is
+from hippobot.providers import _errors, _http
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -32,14 +29,12 @@ from hippobot.providers.base import (
     Usage,
 )
 
-if TYPE_CHECKING:
-    from anthropic import AsyncAnthropic
-
 __all__ = ["DEFAULT_ANTHROPIC_BASE", "AnthropicProvider", "to_anthropic"]
 
 DEFAULT_ANTHROPIC_BASE = "https://api.anthropic.com"
 _CACHE = {"type": "ephemeral"}
 _PLACEHOLDER_KEY = "no-key"
+API_VERSION = "2023-06-01"  # the messages API's version header; prompt caching is GA in it
 
 _STOP: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -200,7 +195,7 @@ class _StreamState:
     stop_reason: str | None = None
 
     def _take_usage(self, usage: Any) -> None:
-        if usage is None:
+        if not isinstance(usage, Mapping):
             return
         for attr, name in (
             ("input_tokens", "input_tokens"),
@@ -208,33 +203,39 @@ class _StreamState:
             ("cache_creation", "cache_creation_input_tokens"),
             ("output_tokens", "output_tokens"),
         ):
-            value = getattr(usage, name, None)
-            if value is not None:
+            value = usage.get(name)
+            if isinstance(value, int | float):
                 setattr(self, attr, int(value))
 
-    def feed(self, event: Any) -> Iterator[StreamEvent]:
-        kind = getattr(event, "type", "")
+    def feed(self, event: Mapping[str, Any]) -> Iterator[StreamEvent]:
+        kind = event.get("type", "")
+        index = event.get("index")
         if kind == "message_start":
-            self._take_usage(getattr(event.message, "usage", None))
+            message = event.get("message")
+            self._take_usage(message.get("usage") if isinstance(message, Mapping) else None)
         elif kind == "content_block_start":
-            block = event.content_block
-            if getattr(block, "type", "") == "tool_use":
-                initial = json.dumps(block.input) if getattr(block, "input", None) else ""
-                self.tools[event.index] = _ToolBlock(block.id, block.name, initial)
+            block = event.get("content_block")
+            if isinstance(block, Mapping) and block.get("type") == "tool_use" and isinstance(index, int):
+                initial = json.dumps(block["input"]) if block.get("input") else ""
+                self.tools[index] = _ToolBlock(str(block.get("id", "")), str(block.get("name", "")), initial)
         elif kind == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta" and delta.text:
-                yield TextDelta(delta.text)
-            elif delta.type == "input_json_delta" and event.index in self.tools:
-                self.tools[event.index].fragments.append(delta.partial_json)
+            delta = event.get("delta")
+            if not isinstance(delta, Mapping):
+                return
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                yield TextDelta(str(delta["text"]))
+            elif delta.get("type") == "input_json_delta" and index in self.tools:
+                self.tools[index].fragments.append(str(delta.get("partial_json", "")))
         elif kind == "content_block_stop":
-            tool = self.tools.pop(event.index, None)
+            tool = self.tools.pop(index, None) if isinstance(index, int) else None
             if tool is not None:
                 arguments = "".join(tool.fragments) or tool.initial or "{}"
                 yield ToolCallEvent(tool.id, tool.name, arguments)
         elif kind == "message_delta":
-            self.stop_reason = event.delta.stop_reason or self.stop_reason
-            self._take_usage(getattr(event, "usage", None))
+            delta = event.get("delta")
+            if isinstance(delta, Mapping) and delta.get("stop_reason"):
+                self.stop_reason = str(delta["stop_reason"])
+            self._take_usage(event.get("usage"))
 
     def usage(self) -> Usage:
         prompt = self.input_tokens + self.cache_read + self.cache_creation
@@ -255,89 +256,37 @@ class AnthropicProvider:
     ) -> None:
         self.name = name
         base = (api_base or DEFAULT_ANTHROPIC_BASE).rstrip("/")
-        # The SDK appends /v1/messages; people often paste a base ending in /v1.
+        # Requests go to <base>/v1/messages; people often paste a base ending in /v1.
         self.api_base = base.removesuffix("/v1")
-        self._api_key = api_key or _PLACEHOLDER_KEY
-        self._extra_headers = dict(extra_headers or {})
-        self._timeout = timeout
+        self._headers = {"x-api-key": api_key or _PLACEHOLDER_KEY, "anthropic-version": API_VERSION,
+                         **{k.lower(): v for k, v in (extra_headers or {}).items()}}
         self._endpoint = _errors.Endpoint(
             name=name, api_base=self.api_base, timeout=timeout, kind="anthropic"
         )
-        self._clients: LoopBoundClient[AsyncAnthropic] = LoopBoundClient(self._new_client)
-
-    def _new_client(self) -> AsyncAnthropic:
-        import anthropic  # deferred: costs about three seconds at start-up
-
-        return anthropic.AsyncAnthropic(
-            api_key=self._api_key,
-            base_url=self.api_base,
-            timeout=self._timeout,
-            max_retries=0,  # retries are RetryingProvider's job
-            default_headers=self._extra_headers or None,
-            http_client=http_client(anthropic),
-        )
 
     async def aclose(self) -> None:
-        """Close the pooled HTTP connections (optional)."""
-        await self._clients.aclose()
+        """Let go of the shared HTTP client (closed once no provider uses it)."""
+        await _http.release(self)
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        client = self._clients.get()
-        try:
-            events = await client.messages.create(**sent_as_is(to_anthropic(request)), stream=True)
-        except asyncio.CancelledError:
-            self._clients.discard(client)
-            raise
-        except Exception as exc:
-            raise translate_anthropic_error(self._endpoint, exc, streaming=False) from exc
+        ep = self._endpoint
         state = _StreamState()
-        try:
-            async for event in events:
+        body = {**to_anthropic(request), "stream": True}
+        async with _http.open_stream(ep, "/v1/messages", body, headers=self._headers, user=self) as events:
+            async for sse in events:
+                if sse.event == "ping":
+                    continue
+                event = _http.decode(ep, sse.data)
+                if not isinstance(event, Mapping):
+                    raise _errors.malformed(ep, "not the expected shape")
+                if sse.event == "error" or event.get("type") == "error":  # e.g. overloaded mid-stream
+                    raise _errors.from_status(ep, None, headers=None, body=event)
                 for out in state.feed(event):
                     yield out
-        except ProviderError:
-            raise
-        except (asyncio.CancelledError, GeneratorExit):
-            self._clients.discard(client)
-            raise
-        except Exception as exc:
-            raise translate_anthropic_error(self._endpoint, exc, streaming=True) from exc
-        finally:
-            try:
-                await events.close()
-            except Exception:  # a broken connection may fail to close; the first error counts
-                pass
         if state.stop_reason is None:
             raise _errors.interrupted(self._endpoint, "no stop reason")
         yield state.usage()
         yield Finish(_STOP.get(state.stop_reason, "stop"))
-
-
-def translate_anthropic_error(
-    ep: _errors.Endpoint, exc: BaseException, *, streaming: bool
-) -> ProviderError:
-    """The :mod:`hippobot.errors` equivalent of an exception from the ``anthropic`` SDK."""
-    import anthropic
-
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, anthropic.APITimeoutError):
-        return _errors.timed_out(ep)
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        mapped = _errors.transport_error(ep, cause, streaming=streaming) if cause else None
-        return mapped or _errors.unreachable(ep, exc)
-    if isinstance(exc, anthropic.APIResponseValidationError):
-        return _errors.malformed(ep, "not the expected shape")
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code if exc.status_code >= 400 else None  # error event in a stream
-        return _errors.from_status(ep, status, headers=exc.response.headers, body=exc.body)
-    if isinstance(exc, anthropic.APIError):
-        return _errors.from_status(ep, None, headers=None, body=exc.body or exc.message)
-    mapped = _errors.transport_error(ep, exc, streaming=streaming)
-    if mapped is not None:
-        return mapped
-    return _errors.malformed(ep, f"not understood ({type(exc).__name__}: {exc})")

@@ -1,8 +1,9 @@
 """Adapter for OpenAI-compatible chat-completions endpoints.
 
 One class serves OpenAI, OpenRouter, DeepSeek, vLLM, Ollama and llama.cpp: they differ by
-base URL and a few quirks, which are data here, not subclasses. The ``openai`` SDK is
-imported only when the first request is made (importing it costs over a second).
+base URL and a few quirks, which are data here, not subclasses. The wire protocol (a
+streamed ``POST /chat/completions``) is spoken here directly over :mod:`._http`; no SDK is
+involved, so nothing heavy is imported before the request goes out.
 
 Invariants of :meth:`OpenAICompatProvider.stream`:
 
@@ -10,20 +11,17 @@ Invariants of :meth:`OpenAICompatProvider.stream`:
 * a tool call is yielded once, complete, with its argument fragments joined verbatim
   (invalid JSON is passed through; the agent loop reports it to the model);
 * a stream that ends without a finish reason raises ``StreamInterruptedError``;
-* only :class:`hippobot.errors.ProviderError` subclasses escape, never SDK exceptions.
+* only :class:`hippobot.errors.ProviderError` subclasses escape, never HTTP-library ones.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from hippobot.errors import ProviderError
-from hippobot.providers import _errors
-from hippobot.providers._client import LoopBoundClient, http_client, sent_as_is
+from hippobot.providers import _errors, _http
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -34,9 +32,6 @@ from hippobot.providers.base import (
     Usage,
 )
 
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI
-
 __all__ = ["DEFAULT_OPENAI_BASE", "OpenAICompatProvider"]
 
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
@@ -46,7 +41,7 @@ DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 # so a local model would generate until its context is full. Decided by where the requests
 # go, not by the provider's name: "openai" pointed at a local server is a local server.
 _USES_MAX_COMPLETION_TOKENS = frozenset({"api.openai.com"})
-# Local servers accept any key, but the SDK refuses to send a request without one.
+# Local servers accept any key; some proxies in front of them insist on the header.
 _PLACEHOLDER_KEY = "no-key"
 
 _FINISH: dict[str, FinishReason] = {
@@ -67,40 +62,41 @@ class _PartialCall:
 
 @dataclass(slots=True)
 class _StreamState:
-    """Folds chat-completion chunks into events; knows nothing about HTTP."""
+    """Folds chat-completion chunks (parsed JSON) into events; knows nothing about HTTP."""
 
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish: str | None = None
     usage: Usage | None = None
     calls_sent: bool = False
 
-    def feed(self, chunk: Any) -> Iterator[StreamEvent]:
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
+    def feed(self, chunk: Mapping[str, Any]) -> Iterator[StreamEvent]:
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
             self.usage = _usage(usage)
-        for choice in getattr(chunk, "choices", None) or []:
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                content = getattr(delta, "content", None)
-                if content:
+        for choice in _list(chunk.get("choices")):
+            delta = choice.get("delta")
+            if isinstance(delta, Mapping):
+                content = delta.get("content")
+                if isinstance(content, str) and content:
                     yield TextDelta(content)
-                for position, tc in enumerate(getattr(delta, "tool_calls", None) or []):
+                for position, tc in enumerate(_list(delta.get("tool_calls"))):
                     self._add_fragment(tc, position)
-            if getattr(choice, "finish_reason", None):
-                self.finish = choice.finish_reason
+            finish = choice.get("finish_reason")
+            if finish:
+                self.finish = str(finish)
                 yield from self.flush_calls()
 
-    def _add_fragment(self, tc: Any, position: int) -> None:
-        index = tc.index if getattr(tc, "index", None) is not None else position
-        call = self.calls.setdefault(index, _PartialCall())
-        if getattr(tc, "id", None):
-            call.id = tc.id
-        fn = getattr(tc, "function", None)
-        if fn is not None:
-            if getattr(fn, "name", None):
-                call.name = fn.name
-            if getattr(fn, "arguments", None):
-                call.arguments.append(fn.arguments)
+    def _add_fragment(self, tc: Mapping[str, Any], position: int) -> None:
+        index = tc.get("index")
+        call = self.calls.setdefault(index if isinstance(index, int) else position, _PartialCall())
+        if tc.get("id"):
+            call.id = str(tc["id"])
+        fn = tc.get("function")
+        if isinstance(fn, Mapping):
+            if fn.get("name"):
+                call.name = str(fn["name"])
+            if isinstance(fn.get("arguments"), str) and fn["arguments"]:
+                call.arguments.append(fn["arguments"])
 
     def flush_calls(self) -> Iterator[StreamEvent]:
         if self.calls_sent:
@@ -117,15 +113,24 @@ class _StreamState:
         return reason
 
 
-def _usage(usage: Any) -> Usage:
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
+def _list(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a JSON array (anything else: none), so a sloppy server cannot crash us."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
     if cached is None:  # DeepSeek reports cache hits in its own field
-        cached = getattr(usage, "prompt_cache_hit_tokens", None)
+        cached = usage.get("prompt_cache_hit_tokens")
     return Usage(
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cached_tokens=int(cached or 0),
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=_int(cached),
     )
 
 
@@ -147,29 +152,15 @@ class OpenAICompatProvider:
         self._max_tokens_key = (
             "max_completion_tokens" if host in _USES_MAX_COMPLETION_TOKENS else "max_tokens"
         )
-        self._api_key = api_key or _PLACEHOLDER_KEY
-        self._extra_headers = dict(extra_headers or {})
-        self._timeout = timeout
+        self._headers = {"authorization": f"Bearer {api_key or _PLACEHOLDER_KEY}",
+                         **{k.lower(): v for k, v in (extra_headers or {}).items()}}
         self._endpoint = _errors.Endpoint(
             name=name, api_base=self.api_base, timeout=timeout, kind="openai"
         )
-        self._clients: LoopBoundClient[AsyncOpenAI] = LoopBoundClient(self._new_client)
-
-    def _new_client(self) -> AsyncOpenAI:
-        import openai  # deferred: costs over a second at start-up
-
-        return openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.api_base,
-            timeout=self._timeout,
-            max_retries=0,  # retries are RetryingProvider's job
-            default_headers=self._extra_headers or None,
-            http_client=http_client(openai),
-        )
 
     async def aclose(self) -> None:
-        """Close the pooled HTTP connections (optional; they are also closed at exit)."""
-        await self._clients.aclose()
+        """Let go of the shared HTTP client (closed once no provider uses it)."""
+        await _http.release(self)
 
     def _params(self, request: ChatRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -192,38 +183,30 @@ class OpenAICompatProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        client = self._clients.get()
-        try:
-            chunks = await client.chat.completions.create(**sent_as_is(self._params(request)))
-        except asyncio.CancelledError:
-            self._clients.discard(client)
-            raise
-        except Exception as exc:
-            raise self._translate(exc, streaming=False) from exc
+        ep = self._endpoint
         state = _StreamState()
-        try:
-            async for chunk in chunks:
+        async with _http.open_stream(
+            ep, "/chat/completions", self._params(request), headers=self._headers, user=self
+        ) as events:
+            done = False
+            async for sse in events:  # read to the end, so the connection can be reused
+                if done or sse.data.strip() == "[DONE]":
+                    done = True
+                    continue
+                chunk = _http.decode(ep, sse.data)
+                if not isinstance(chunk, Mapping):
+                    raise _errors.malformed(ep, "not the expected shape")
+                if chunk.get("error"):  # an error event inside a 200 stream
+                    raise _errors.from_status(ep, None, headers=None, body=chunk)
                 for event in state.feed(chunk):
                     yield event
-        except ProviderError:
-            raise
-        except (asyncio.CancelledError, GeneratorExit):
-            self._clients.discard(client)
-            raise
-        except Exception as exc:
-            raise self._translate(exc, streaming=True) from exc
-        finally:
-            await _close_quietly(chunks)
         if state.finish is None:
-            raise _errors.interrupted(self._endpoint, "no finish reason")
+            raise _errors.interrupted(ep, "no finish reason")
         for event in state.flush_calls():
             yield event
         if state.usage is not None:
             yield state.usage
         yield Finish(state.reason())
-
-    def _translate(self, exc: Exception, *, streaming: bool) -> ProviderError:
-        return translate_openai_error(self._endpoint, exc, streaming=streaming)
 
 
 def _nonnull_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,52 +218,3 @@ def _nonnull_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {**m, "content": ""} if m.get("content") is None and m.get("role") == "assistant" else m
         for m in messages
     ]
-
-
-async def _close_quietly(chunks: Any) -> None:
-    close = getattr(chunks, "close", None)
-    if close is None:
-        return
-    try:
-        await close()
-    except Exception:  # closing a broken connection may fail again; the first error counts
-        pass
-
-
-def translate_openai_error(
-    ep: _errors.Endpoint, exc: BaseException, *, streaming: bool
-) -> ProviderError:
-    """The :mod:`hippobot.errors` equivalent of an exception from the ``openai`` SDK."""
-    import openai
-
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, openai.APITimeoutError):
-        return _errors.timed_out(ep)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        mapped = _errors.transport_error(ep, cause, streaming=streaming) if cause else None
-        return mapped or _errors.unreachable(ep, exc)
-    if isinstance(exc, openai.APIResponseValidationError):
-        return _errors.malformed(ep, "not the expected shape")
-    if isinstance(exc, openai.APIStatusError):
-        return _errors.from_status(
-            ep, exc.status_code, headers=exc.response.headers, body=_status_body(exc)
-        )
-    if isinstance(exc, openai.APIError):  # an error event inside a 200 stream
-        return _errors.from_status(ep, None, headers=None, body=exc.body or exc.message)
-    mapped = _errors.transport_error(ep, exc, streaming=streaming)
-    if mapped is not None:
-        return mapped
-    return _errors.malformed(ep, f"not understood ({type(exc).__name__}: {exc})")
-
-
-def _status_body(exc: Any) -> object:
-    # The SDK keeps only the inner ``error`` object; a body that was not JSON is kept as text.
-    body = exc.body
-    if body is None:
-        try:
-            return exc.response.text
-        except Exception:
-            return exc.message
-    return body
