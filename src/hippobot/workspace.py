@@ -100,6 +100,13 @@ class Workspace:
     def locks_dir(self) -> Path:
         return self.state_dir / "locks"
 
+    @property
+    def pending_versions(self) -> Path:
+        """Chat memory edits whose version commit has not been made yet, one file each
+        (``hippobot.agent.chat_versions``): written before a reply is shown, removed once
+        committed, so a process killed in between leaves the commit to the next one."""
+        return self.state_dir / "pending-versions"
+
     # --- lock files -------------------------------------------------------------------
 
     def turn_lock(self, key: str) -> Path:

@@ -30,7 +30,7 @@ from hippobot.context.skills import SkillsIndex
 from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
-from hippobot.loop.events import EventSink, Notice
+from hippobot.loop.events import EventSink, Notice, ReplyDone
 from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message, ToolCall
@@ -44,6 +44,7 @@ from hippobot.usage_ledger import UsageLedger
 from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
+    from hippobot.agent.chat_versions import ChatVersions
     from hippobot.lifecycle.consolidator import Consolidator
     from hippobot.lifecycle.dream import Dream
     from hippobot.memory.gitstore import GitStore
@@ -58,6 +59,15 @@ log = logging.getLogger(__name__)
 
 TURN_LOCK_TIMEOUT_S = 600.0
 _REGISTRY_CACHE = 128
+
+
+_WRITING_TOOLS = frozenset({"write_file", "edit_file", "exec"})
+
+
+def _may_write(msg: Message) -> bool:
+    """Whether the tool calls of ``msg`` may change a file (then the turn versions them)."""
+    return any((call.get("function") or {}).get("name") in _WRITING_TOOLS
+               for call in msg.get("tool_calls") or ())
 
 
 def _map_strings(value: Any, clean: Any) -> Any:
@@ -274,7 +284,8 @@ class Agent:
                 workspace=self.paths,
                 project=self.project,
                 recall=self.recall,
-                git=self.git,
+                # the versioned store (and git) is loaded only when a file is written
+                store_path=lambda rel: self.git.is_store_path(rel),
                 session_key=key,
             )
             self._registries[key] = registry
@@ -295,7 +306,8 @@ class Agent:
 
     def _counted_user_message(self, key: str, text: str, media: Sequence[str]) -> Message:
         msg = self.user_message(key, text, media)
-        tokens.count_message(msg)  # cached: the prompt budget counts it again for free
+        if tokens.exact_loaded():  # cached: the prompt budget counts it again for free
+            tokens.count_message(msg)  # (never worth loading the tables for before a reply)
         return msg
 
     def redact(self, text: str) -> str:
@@ -367,7 +379,12 @@ class Agent:
                 stop=tuple(stop),
             )
 
+            before: dict[str, bytes] | None = None  # versioned files before the first write
+
             async def persist(msg: Message) -> Message:
+                nonlocal before
+                if before is None and _may_write(msg):  # the tools run after this returns
+                    before = await asyncio.to_thread(self._snapshot_before_tools)
                 content = msg.get("content")
                 if isinstance(content, str):
                     msg["content"] = self.redact(content)
@@ -376,7 +393,6 @@ class Agent:
                 (stored,) = await self.sessions.append(session, msg)
                 return stored
 
-            before = await asyncio.to_thread(self._memory_snapshot)
             try:
                 result = await runner.run(request.messages, persist, on_event)
             except ProviderError as exc:  # an endpoint may echo the key it rejected
@@ -391,10 +407,13 @@ class Agent:
                     replay_start=session.replay_start,
                 )
             await self.sessions.save_meta(session)
-        written = self._written_paths(result.messages)
-        ran_exec = any(m.get("name") == "exec" for m in result.messages if m.get("role") == "tool")
-        if written or ran_exec:
-            await asyncio.to_thread(self._commit_memory_edits, key, before, written, ran_exec)
+        journal = None
+        if before is not None:  # noted before the reply is shown, committed after it
+            journal = await asyncio.to_thread(self._journal_memory_edits, key, before, result.messages)
+        if on_event is not None:  # the session is complete on disk: the reply can be shown
+            on_event(ReplyDone(result.reply))
+        if journal is not None:
+            await asyncio.to_thread(self._commit_journal, journal)
         self._after_turn(session)
         return TurnResult(reply=result.reply, run=result)
 
@@ -480,6 +499,13 @@ class Agent:
         run; a file not listed did not exist."""
         return self.git.working_files()
 
+    def _snapshot_before_tools(self) -> dict[str, bytes]:
+        """:meth:`_memory_snapshot`, after committing the edits of an earlier turn whose
+        commit was left pending (a killed process), so they never count as this turn's or
+        as hand edits."""
+        self.versions.resume()
+        return self._memory_snapshot()
+
     def _written_paths(self, messages: Sequence[Message]) -> set[Path]:
         """Files that a *successful* write_file/edit_file call of this turn wrote."""
         calls: dict[str, str] = {}
@@ -506,72 +532,88 @@ class Agent:
                 continue
         return written
 
-    def _commit_memory_edits(
-        self, key: str, before: dict[str, bytes], written: set[Path], ran_exec: bool = False
-    ) -> None:
-        """Active memory: what the model's successful edits changed is versioned at once, and
-        only that. A hand edit not yet committed is committed first, on its own, as
-        ``manual: edits before chat``, so undoing the chat commit never touches it. After
-        ``exec`` (which may write any file) every versioned file that changed during the
-        turn counts as the model's."""
-        from hippobot.lifecycle.versions import ensure_history
+    @cached_property
+    def versions(self) -> ChatVersions:
+        from hippobot.agent.chat_versions import ChatVersions
 
-        git = self.git
+        return ChatVersions(self.paths, lambda: self.git)
+
+    def _journal_memory_edits(self, key: str, before: dict[str, bytes], messages: Sequence[Message]) -> Path | None:
+        """Active memory: what the model's successful edits changed is versioned, and only
+        that (:mod:`hippobot.agent.chat_versions`); this notes it down before the reply is
+        shown. After ``exec`` (which may write any file) every versioned file that changed
+        during the turn counts as the model's."""
         try:
+            git = self.git
             now = self._memory_snapshot()
             root = self.workspace.resolve()
             touched: set[str] = set()
-            for path in written:
+            for path in self._written_paths(messages):
                 try:
                     rel = path.relative_to(root).as_posix()
                 except ValueError:
                     continue
                 if git.is_store_path(rel):
                     touched.add(rel)
-            if ran_exec:
+            if any(m.get("name") == "exec" for m in messages if m.get("role") == "tool"):
                 touched |= {rel for rel in before.keys() | now.keys() if before.get(rel) != now.get(rel)}
             touched = {rel for rel in touched if now.get(rel) != before.get(rel)}
-            if not touched:
-                return  # no memory file changed: nothing to version (and no history to start)
-            ensure_history(git)
-            if not git.available:
-                return
-            git.commit("manual: edits before chat", contents={rel: before.get(rel) for rel in touched})
-            git.commit(f"memory: edited in chat ({key})")  # the manual commit holds the rest
+            # no memory file changed: nothing to version (and no history to start)
+            return self.versions.journal(key, before, touched)
         except Exception as exc:  # versioning must never break a chat
             log.warning("could not version the memory edit: %s", exc)
+            return None
 
-    def fixed_prompt_tokens(self, session: Session) -> int:
+    def _commit_journal(self, journal: Path) -> None:
+        try:
+            self.versions.commit(journal)
+        except Exception as exc:  # stays pending: the next turn or run commits it
+            log.warning("could not version the memory edit: %s", exc)
+
+    def fixed_prompt_tokens(self, session: Session, *, estimate: bool = False) -> int:
         """Tokens every request carries whatever the memory: identity, tool contract, skills
-        list, tool schemas, plus the consolidation instruction its archive requests append."""
+        list, tool schemas, plus the consolidation instruction its archive requests append.
+        ``estimate``: the offline estimator's figure (no tokenizer tables loaded)."""
         from hippobot.prompts import render
 
+        count_text = tokens.estimate_text if estimate else tokens.count_text
+        count_tools = tokens.estimate_tools if estimate else tokens.count_tools
         registry = self.tools_for(session.key)
         system = self.prompts.system_prompt(session, registry.names())
         fixed = sum(
-            tokens.count_text(s.text) + 4
+            count_text(s.text) + 4
             for s in system.sections
             if s.name in ("identity", "tool_contract", "skills", "active_skills")
         )
         instruction = render("consolidate.md", count=99, last_excerpt="x" * 60)
-        return fixed + tokens.count_tools(registry.schemas()) + tokens.count_text(instruction)
+        return fixed + count_tools(registry.schemas()) + count_text(instruction)
 
     def check_window(self, session: Session) -> None:
         """A ConfigError naming the smallest workable window when the fixed prompt leaves no
-        room for a conversation (checked once per process)."""
+        room for a conversation (checked once per process).
+
+        A window that fits even a generous bound on the estimate (1.5x the offline estimator,
+        which stays within ~15% of the tokenizer) passes without loading the tokenizer's
+        tables, a few hundred milliseconds and ~30 MB before a one-shot's first request; only
+        a tight window is counted exactly, and its error names exact figures."""
         if self._window_checked or not self.budget.enabled:
             return
-        from hippobot.context.budget import check_window
+        from hippobot.context.budget import MIN_CONVERSATION_TOKENS, check_window
 
-        check_window(
-            self.budget, self.fixed_prompt_tokens(session),
-            "identity, tool contract, skills list, tool schemas, archive instruction",
-            config_path=str(self.settings.config_path),
-        )
+        bound = int(self.fixed_prompt_tokens(session, estimate=True) * 1.5) + 64
+        if self.budget.input - self.budget.history_tokens - bound < MIN_CONVERSATION_TOKENS:
+            check_window(
+                self.budget, self.fixed_prompt_tokens(session),
+                "identity, tool contract, skills list, tool schemas, archive instruction",
+                config_path=str(self.settings.config_path),
+            )
         self._window_checked = True
 
     def _after_turn(self, session: Session) -> None:
         from hippobot.recall.embedders import semantic_configured
+
+        if self.versions.pending():  # left by a process killed after its reply
+            self.jobs.schedule("versions", lambda: asyncio.to_thread(self.versions.resume))
 
         if semantic_configured(self.settings):  # vectors for what this turn added, off the turn
             batch = self.settings.config.recall.embeddings.batch_size

@@ -16,14 +16,13 @@ from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.config import Settings
-    from hippobot.memory.gitstore import GitStore
     from hippobot.recall.index import RecallIndex
 
 __all__ = ["build_registry"]
 
 
 def _memory_redactor(
-    secrets: tuple[str, ...], workspace: Workspace, git: GitStore
+    secrets: tuple[str, ...], workspace: Workspace, store_path: Callable[[str], bool]
 ) -> Callable[[Path, str], str]:
     """Redacts keys from writes to the files the memory history versions (they shape the
     prompt and are kept forever); other files are written as given."""
@@ -36,7 +35,7 @@ def _memory_redactor(
             rel = path.relative_to(root).as_posix()
         except ValueError:
             return text
-        if not (git.is_store_path(rel) or rel.startswith("memory/")):
+        if not (store_path(rel) or rel.startswith("memory/")):
             return text
         return redact_secrets(redact_exact(text, secrets))
 
@@ -49,9 +48,11 @@ def build_registry(
     workspace: Workspace,
     project: Path | None,
     recall: RecallIndex,
-    git: GitStore,
+    store_path: Callable[[str], bool],
     session_key: str,
 ) -> ToolRegistry:
+    """``store_path(rel)``: whether the memory history versions that workspace path
+    (``GitStore.is_store_path``; asked only when a file is written)."""
     root = project or workspace.root
     # With a project selected, file tools work in the project; the agent workspace stays
     # reachable so the model can still update memory/MEMORY.md when asked to remember.
@@ -68,7 +69,7 @@ def build_registry(
     registry = ToolRegistry()
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
-    redact = _memory_redactor(tuple(settings.secrets()), workspace, git)
+    redact = _memory_redactor(tuple(settings.secrets()), workspace, store_path)
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
     registry.register(
         exec_tool(

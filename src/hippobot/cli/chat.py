@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hippobot.errors import HippobotError, ProviderError, UserError
@@ -20,6 +20,7 @@ from hippobot.loop.events import (
     AgentEvent,
     Notice,
     ReplyDelta,
+    ReplyDone,
     ReplyRestart,
     ToolFinished,
     ToolStarted,
@@ -123,10 +124,12 @@ class _Printer:
     def __init__(
         self, out: TextIO, err: TextIO, *, stream: bool, color: bool,
         markdown: _Markdown | None = None, spinner: _Spinner | None = None,
+        on_done: Callable[[str], None] | None = None,
     ) -> None:
         self.out, self.err, self.stream, self.color = out, err, stream, color
         self.markdown = markdown
         self.spinner = spinner or _Spinner(err, enabled=False)
+        self.on_done = on_done  # shows the final reply the moment the session holds it
         self.streamed = False
         self.replied = False  # the final reply was shown as it streamed
 
@@ -153,6 +156,10 @@ class _Printer:
 
     def __call__(self, ev: AgentEvent) -> None:
         self.spinner.stop()
+        if isinstance(ev, ReplyDone):
+            if self.on_done is not None:
+                self.on_done(ev.text)
+            return
         if isinstance(ev, ReplyDelta) and self.stream:
             if self.markdown is not None:
                 self.markdown.feed(ev.text)
@@ -187,20 +194,34 @@ async def _one_turn(api: Api, key: str, text: str, media: Sequence[str], printer
 
 
 async def one_shot(api: Api, key: str, message: str, media: Sequence[str], *, as_json: bool = False) -> int:
-    """``hippobot agent -m``: only the reply goes to stdout (``--json``: reply and session)."""
+    """``hippobot agent -m``: only the reply goes to stdout (``--json``: reply and session).
+
+    The reply is written and flushed as soon as the session holds it; what follows a turn
+    (versioning memory edits, a due consolidation, the auto-Dream check) runs after it, so a
+    script reading stdout has its answer first, and a kill at that point loses nothing (work
+    left over is picked up by the next run)."""
     tty = sys.stderr.isatty()
-    printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty, spinner=_Spinner(sys.stderr, enabled=tty))
+    shown: list[str] = []
+
+    def show(reply: str, command: bool = False) -> None:
+        if as_json:
+            import json
+
+            data = {"session": key, "reply": reply, "command": command}
+            sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(reply.rstrip("\n") + "\n")
+        sys.stdout.flush()
+        shown.append(reply)
+
+    printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty,
+                       spinner=_Spinner(sys.stderr, enabled=tty), on_done=show)
     try:
         result = await _one_turn(api, key, message, media, printer)
+        if not shown:  # a slash command: answered without a model turn
+            show(result.reply, result.command)
     finally:
         await api.finish()
-    if as_json:
-        import json
-
-        data = {"session": key, "reply": result.reply, "command": result.command}
-        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-        return 0
-    sys.stdout.write(result.reply.rstrip("\n") + "\n")
     return 0
 
 

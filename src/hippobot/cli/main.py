@@ -140,7 +140,7 @@ def agent(
 
     settings = _settings(workspace, model=model, provider=provider)
     settings.model_target()  # fail fast, before anything is written
-    ensure_workspace(settings.workspace)
+    ensure_workspace(settings.workspace, check_history=False)
     bot = _api(settings, project)
     media = [str(p) for p in image or []]
     if message is not None:

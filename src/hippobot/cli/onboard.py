@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -44,14 +45,22 @@ def _write_if_missing(path: Path, text: str, result: OnboardResult) -> None:
     result.created.append(path)
 
 
-def ensure_workspace(workspace: Path, result: OnboardResult | None = None) -> OnboardResult:
+def ensure_workspace(
+    workspace: Path, result: OnboardResult | None = None, *, check_history: bool = True
+) -> OnboardResult:
     """Make sure the workspace has its folders, template files (missing ones only) and its
-    memory version history (versions are always on; a broken history is left alone)."""
+    memory version history (versions are always on; a broken history is left alone).
+
+    ``check_history=False`` (a chat's start) only creates a history that is missing: opening
+    an existing one to check it costs ~0.1 s before every one-shot reply, and the commits
+    that need it check it anyway."""
     result = result or OnboardResult()
     for sub in ("memory", "sessions", "skills"):
         (workspace / sub).mkdir(parents=True, exist_ok=True)
     for name in WORKSPACE_TEMPLATES:
         _write_if_missing(workspace / name, _template(name), result)
+    if not check_history and os.path.lexists(workspace / ".git"):
+        return result
     from hippobot.memory.gitstore import GitStore
 
     git = GitStore(workspace)

@@ -44,6 +44,8 @@ __all__ = [
     "estimate_message",
     "estimate_messages",
     "estimate_text",
+    "estimate_tools",
+    "exact_loaded",
     "set_mode",
 ]
 
@@ -117,6 +119,12 @@ def set_mode(mode: Mode) -> None:
         _state.failed = False
         _state.cache.clear()
         _state.by_id.clear()
+
+
+def exact_loaded() -> bool:
+    """Whether exact counts are already available (the encoder is loaded): lets a caller
+    count ahead of need only when that is free, never paying the table load for it."""
+    return _state.encoder is not None
 
 
 def current_mode() -> str:
@@ -290,6 +298,11 @@ def estimate_messages(msgs: Iterable[Mapping[str, Any]]) -> int:
 def count_messages(msgs: Iterable[Mapping[str, Any]]) -> int:
     """Sum of :func:`count_message` over ``msgs``."""
     return sum(count_message(m) for m in msgs)
+
+
+def estimate_tools(schemas: Sequence[Mapping[str, Any]]) -> int:
+    """Like :func:`count_tools`, with the offline estimator (never loads tiktoken)."""
+    return estimate_text(_json(list(schemas))) if schemas else 0
 
 
 def count_tools(schemas: Sequence[Mapping[str, Any]]) -> int:

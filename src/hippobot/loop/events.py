@@ -10,6 +10,7 @@ __all__ = [
     "EventSink",
     "Notice",
     "ReplyDelta",
+    "ReplyDone",
     "ReplyRestart",
     "ToolFinished",
     "ToolStarted",
@@ -18,6 +19,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ReplyDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyDone:
+    """The turn's final reply, sent once the session holds it on disk and before the work
+    that follows a turn (versioning memory edits, background jobs): a front end can show it
+    at once, and a process killed after showing it has lost nothing."""
+
     text: str
 
 
@@ -49,5 +59,5 @@ class Notice:
     level: str = "info"
 
 
-AgentEvent = ReplyDelta | ReplyRestart | ToolStarted | ToolFinished | Notice
+AgentEvent = ReplyDelta | ReplyDone | ReplyRestart | ToolStarted | ToolFinished | Notice
 EventSink = Callable[[AgentEvent], None]
