@@ -6,8 +6,9 @@ maps every transport failure and error status to a :mod:`hippobot.errors` except
 response. Nothing here knows a vendor's format.
 
 * **One HTTP client per process** (per event loop: connections belong to the loop that opened
-  them), shared by every provider, made on the first request with the process's one TLS
-  context. It is closed when the last provider that used it is closed.
+  them, and one more for plain-``http`` endpoints, which never pay for loading the
+  certificate store), shared by every provider, made on the first request; the TLS one uses
+  the process's one TLS context. They are closed when the last provider using them is.
 * **Timeouts count from the last byte:** ``timeout`` bounds connecting, sending, and each wait
   for the next piece of the response, not the whole reply, so a slow model that keeps
   streaming is never cut off.
@@ -97,36 +98,48 @@ def tls_context() -> ssl.SSLContext:
     return context
 
 
+@functools.cache
+def _plain_context() -> ssl.SSLContext:
+    """For the client that only ever sends ``http://`` requests: verifying, and trusting no
+    certificate at all, so it can never carry a TLS connection by mistake; it spares a local
+    endpoint's every start the ~50 ms of reading the certificate store."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 class _SharedClient:
-    """The process's HTTP client for the running event loop, and who is using it."""
+    """The process's HTTP clients for the running event loop (one for ``https://``
+    endpoints, one for plain ``http://`` ones), and who is using them."""
 
     def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
+        self._clients: dict[bool, httpx.AsyncClient] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users: set[int] = set()
 
-    def get(self, user: object) -> httpx.AsyncClient:
+    def get(self, user: object, *, tls: bool) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop or self._client.is_closed:
+        if self._loop is not loop:
+            self._clients, self._loop, self._users = {}, loop, set()
+        client = self._clients.get(tls)
+        if client is None or client.is_closed:
             httpx = _import_httpx()
             # Connection-level limits only: timeouts are per request, retries are the retry
             # policy's, and redirects are never followed (a POST must not be replayed elsewhere).
-            self._client = httpx.AsyncClient(
-                verify=tls_context(), timeout=None, follow_redirects=False,
+            client = httpx.AsyncClient(
+                verify=tls_context() if tls else _plain_context(), timeout=None,
+                follow_redirects=False,
                 limits=httpx.Limits(max_keepalive_connections=8, keepalive_expiry=30.0),
             )
-            self._loop = loop
-            self._users = set()
+            self._clients[tls] = client
         self._users.add(id(user))
-        return self._client
+        return client
 
     async def release(self, user: object) -> None:
-        """``user`` is done; the client is closed when nobody on this loop uses it any more."""
+        """``user`` is done; the clients are closed when nobody on this loop uses them."""
         self._users.discard(id(user))
-        if self._users or self._client is None:
+        if self._users:
             return
-        client, self._client, self._loop = self._client, None, None
-        if client is not None:
+        clients, self._clients, self._loop = list(self._clients.values()), {}, None
+        for client in clients:
             with contextlib.suppress(Exception):  # closing idle connections must not fail
                 await client.aclose()
 
@@ -154,7 +167,7 @@ async def open_stream(
     ``StreamInterruptedError`` and a stall longer than the timeout ``ProviderTimeoutError``.
     """
     httpx = _import_httpx()
-    client = _shared.get(user)
+    client = _shared.get(user, tls=ep.api_base.startswith("https:"))
     sent = {"content-type": "application/json", "accept": "text/event-stream",
             "user-agent": USER_AGENT, **headers}
     content = json.dumps(body, ensure_ascii=False).encode("utf-8")
