@@ -6,7 +6,10 @@ Steps (each measurement in a fresh child process; see docs/performance.md):
    (:mod:`benchmarks.workload`), then in each round and for each N, 100 real turns run on a
    copy (:mod:`benchmarks.turns`): overhead, bytes, RSS;
 2. one pair of runs at N = 500, in-process and over HTTP with the OpenAI SDK;
-3. cold starts of ``hippobot agent -m`` and ``-X importtime`` (:mod:`benchmarks.coldstart`);
+3. cold starts of ``hippobot agent -m`` and ``-X importtime`` (:mod:`benchmarks.coldstart`),
+   and one-shots side by side with ``llm`` and nanobot, each installed once in a cached
+   throwaway venv (:mod:`benchmarks.peers`; ``--quick`` skips those installs), plus
+   ``hippobot --help``;
 4. a lifecycle run from an empty session with Dream every 100 turns: prompt-cache reuse and
    the requests consolidation and Dream add;
 5. ``benchmarks/recall_bench.py --small``, when present;
@@ -50,13 +53,15 @@ class Plan:
     context_window: int
     cold_messages: tuple[int, ...]  # session sizes (messages) for cold starts
     cold_runs: int
+    one_shot_runs: int  # alternating one-shot runs of hippobot, llm and nanobot
+    peers: bool  # install and run llm and nanobot
     lifecycle_turns: int
     dream_every: int
     http_n: int
 
 
-FULL = Plan(False, (50, 500, 5000), 100, 3, 128_000, (100, 1000, 5000, 10_000), 5, 1000, 100, 500)
-QUICK = Plan(True, (20, 100), 10, 1, 16_000, (200,), 1, 60, 30, 20)
+FULL = Plan(False, (50, 500, 5000), 100, 3, 128_000, (100, 1000, 5000, 10_000), 5, 7, True, 1000, 100, 500)
+QUICK = Plan(True, (20, 100), 10, 1, 16_000, (200,), 1, 1, False, 60, 30, 20)
 
 
 def _child_env() -> dict[str, str]:
@@ -168,6 +173,12 @@ def _cold(plan: Plan, homes: dict[int, Path], work: Path) -> tuple[dict, dict]:
     return result, imports
 
 
+def _one_shot(plan: Plan, homes: dict[int, Path], work: Path) -> dict[str, Any]:
+    _log(f"one-shot side by side x{plan.one_shot_runs}" + ("" if plan.peers else " (hippobot only: --quick)"))
+    return coldstart.compare_one_shots(homes[plan.cold_messages[0] // 2], work, plan.one_shot_runs,
+                                       peers=plan.peers, log=_log)
+
+
 def _recall(work: Path) -> dict[str, Any]:
     script = ROOT / "benchmarks" / "recall_bench.py"
     if not script.exists():
@@ -218,7 +229,7 @@ def _goals(result: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
          "met": small["facts_reachable"] == small["facts_planted"] and small["correction_current"]},
     ]
     return [
-        *small_goals,
+        *small_goals, *_one_shot_goals(result.get("one_shot") or {}),
         {"goal": "agent overhead p50 < 5 ms at every N", "measured": f"worst {worst_p50:.2f} ms",
          "met": worst_p50 < 5},
         {"goal": f"no growth with N: p50({int(largest):,})/p50({lo:,}) <= 1.25 (same window)",
@@ -232,6 +243,23 @@ def _goals(result: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
          "met": cache["mean"] >= 0.99 and cache["below_50_outside_lifecycle"] == 0},
         {"goal": f"peak RSS < 100 MB at {int(largest):,} turns (long-running; CLI one-shot)",
          "measured": f"{rss:.0f} MB; {cli_rss:.0f} MB", "met": rss < 100 and cli_rss < 100},
+    ]
+
+
+def _one_shot_goals(one: dict[str, Any]) -> list[dict[str, Any]]:
+    """hippobot's one-shot against llm's, medians of the same run (none when llm was not run)."""
+    ours, base = (one.get("samples") or {}).get("hippobot"), (one.get("samples") or {}).get("llm")
+    if not ours or not base:
+        return []
+    m = {k: (report.spread(s[k] for s in ours)["median"], report.spread(s[k] for s in base)["median"])
+         for k in ("reply_s", "exit_s", "peak_rss_mb")}
+    return [
+        {"goal": "one-shot: time to the reply <= 0.5x llm's", "measured": f"{m['reply_s'][0] / m['reply_s'][1]:.2f}x "
+         f"({m['reply_s'][0]:.3f} s vs {m['reply_s'][1]:.3f} s)", "met": m["reply_s"][0] <= 0.5 * m["reply_s"][1]},
+        {"goal": "one-shot: time to exit <= 0.6x llm's", "measured": f"{m['exit_s'][0] / m['exit_s'][1]:.2f}x "
+         f"({m['exit_s'][0]:.3f} s vs {m['exit_s'][1]:.3f} s)", "met": m["exit_s"][0] <= 0.6 * m["exit_s"][1]},
+        {"goal": "one-shot: peak RSS <= llm's", "measured": f"{m['peak_rss_mb'][0]:.0f} MB vs {m['peak_rss_mb'][1]:.0f} MB",
+         "met": m["peak_rss_mb"][0] <= m["peak_rss_mb"][1]},
     ]
 
 
@@ -254,11 +282,13 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
     turns, growth = _per_n(plan, homes, work)
     http = _http(plan, homes, work)
     cold, imports = _cold(plan, homes, work)
+    one_shot = _one_shot(plan, homes, work)
     _log(f"lifecycle: {plan.lifecycle_turns} turns from empty, Dream every {plan.dream_every}")
     life = _turn_run(homes[0], work, 0, plan.lifecycle_turns, dream_every=plan.dream_every)
     result: dict[str, Any] = {
         "meta": meta, "pregenerated": {str(k): v for k, v in made.items()},
         "turns": turns, "growth": growth, "http": http, "cold_start": cold, "imports": imports,
+        "one_shot": one_shot,
         "lifecycle": report.lifecycle_summary(life), "recall": _recall(work),
         "small_window": _small_window(plan, work),
     }

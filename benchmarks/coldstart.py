@@ -29,9 +29,19 @@ from benchmarks.workload import bench_env
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
 from hippobot.testing.server import ScriptedServer
 
-__all__ = ["Arrivals", "cli_command", "cold_start", "import_times", "process_start"]
+__all__ = [
+    "Arrivals",
+    "OneShot",
+    "cli_command",
+    "cold_start",
+    "compare_one_shots",
+    "import_times",
+    "process_start",
+    "run_one_shot",
+]
 
 MESSAGE = "What did we decide about the database backups?"
+REPLY = "Nightly dumps at 02:00, kept for 30 days."
 
 
 @dataclass
@@ -46,7 +56,7 @@ class Arrivals:
         with self.lock:
             if self.first is None:
                 self.first = now
-        return "Nightly dumps at 02:00, kept for 30 days."
+        return REPLY
 
 
 def cli_command() -> list[str]:
@@ -182,3 +192,176 @@ def import_times(template: Path, work: Path) -> dict[str, Any]:
 
 def _top(totals: dict[str, float], n: int = 8) -> dict[str, float]:
     return {k: round(v, 4) for k, v in list(totals.items())[:n]}
+
+
+# --- one-shot side by side: hippobot, llm, nanobot -----------------------------------------
+
+
+@dataclass
+class OneShot:
+    """One process answering one message: seconds from spawn until the whole reply was on
+    its stdout and until it exited, and its peak RSS."""
+
+    reply_s: float | None
+    exit_s: float
+    peak_rss_mb: float
+    code: int
+    stderr: str = ""
+
+
+def run_one_shot(argv: list[str], env: dict[str, str], cwd: Path | None = None, *,
+                 reply: str = REPLY, timeout: float = 120.0) -> OneShot:
+    """Spawn ``argv``; a reader thread notes when ``reply`` is complete on its stdout (the
+    bytes as they arrive, on this process's clock) while this thread polls its ``VmHWM``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: dict[str, float] = {}
+    want = reply.encode()
+    stderr: list[bytes] = []
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        buf = b""
+        fd = proc.stdout.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            buf += chunk
+            if "reply" not in seen and want in buf:
+                seen["reply"] = time.perf_counter()
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        stderr.append(proc.stderr.read())
+
+    readers = [threading.Thread(target=read_out, daemon=True), threading.Thread(target=read_err, daemon=True)]
+    for t in readers:
+        t.start()
+    code, rss = _wait(proc, timeout)
+    t_exit = time.perf_counter()
+    for t in readers:
+        t.join(5)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    got = seen.get("reply")
+    return OneShot(None if got is None else got - t0, t_exit - t0, rss, code,
+                   b"".join(stderr).decode(errors="replace"))
+
+
+def _hippobot_one_shot(template: Path, home: Path, api_base: str, message: str) -> Any:
+    from benchmarks.peers import PeerSetup
+
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(template, home, symlinks=True)
+    return PeerSetup([*cli_command(), "agent", "-m", message], _child_env(home, api_base), home)
+
+
+def compare_one_shots(template: Path, work: Path, runs: int, *, peers: bool = True,
+                      log: Any = None) -> dict[str, Any]:
+    """hippobot's ``agent -m``, ``llm``'s and nanobot's one-shot against the same scripted
+    model, alternating run by run (one untimed warm-up each), plus ``hippobot --help``.
+
+    A peer that cannot be installed (no package index) is reported as not installed; with
+    ``peers`` off none is tried (the quick run)."""
+    from benchmarks.peers import PEERS, ensure_installed
+
+    say = log or (lambda msg: None)
+    model = ScriptedModel()
+    model.fallback = lambda request: REPLY
+    setups: dict[str, Any] = {}
+    status: dict[str, str] = {"hippobot": "this checkout"}
+    with _served(model) as server:
+        setups["hippobot"] = _hippobot_one_shot(template, work / "oneshot-hippobot", server.base_url, MESSAGE)
+        for peer in PEERS:
+            if not peers:
+                status[peer.name] = "not run (--quick skips the third-party installs)"
+                continue
+            script = ensure_installed(peer, log=say)
+            if isinstance(script, str):
+                status[peer.name] = script
+                continue
+            home = work / f"oneshot-{peer.name}"
+            shutil.rmtree(home, ignore_errors=True)
+            try:
+                setups[peer.name] = peer.setup(script, home, server.base_url, MESSAGE)
+            except Exception as exc:  # a peer that cannot be configured: say so, go on
+                status[peer.name] = f"not configured ({type(exc).__name__}: {str(exc)[:200]})"
+                continue
+            status[peer.name] = f"{peer.requirement} ({script.parent.parent})"
+        samples: dict[str, list[OneShot]] = {name: [] for name in setups}
+        for r in range(runs + 1):  # run 0 warms caches (pyc files, first-run set-up) and is dropped
+            for name, setup in list(setups.items()):
+                sample = run_one_shot(setup.argv, setup.env, setup.cwd)
+                if sample.code == 0 and sample.reply_s is not None:
+                    if r:
+                        samples[name].append(sample)
+                    continue
+                if name == "hippobot":
+                    raise RuntimeError(f"hippobot agent -m failed (exit {sample.code}): "
+                                       f"{sample.stderr.strip()[-800:]}")
+                status[name] = f"failed (exit {sample.code}): {sample.stderr.strip()[-300:]}"
+                del setups[name], samples[name]
+    help_runs = [run_one_shot([*cli_command(), "--help"], _child_env(work, "http://127.0.0.1:9/v1"),
+                              reply="Usage") for _ in range(runs)]
+    return {"runs": runs, "message": MESSAGE, "status": status,
+            "samples": {name: [{"reply_s": s.reply_s, "exit_s": s.exit_s, "peak_rss_mb": s.peak_rss_mb}
+                               for s in got] for name, got in samples.items()},
+            "help": [{"exit_s": s.exit_s, "peak_rss_mb": s.peak_rss_mb} for s in help_runs]}
+
+
+def one_shot_table(result: dict[str, Any]) -> str:
+    """The side-by-side table of :func:`compare_one_shots` (medians over the runs)."""
+    from benchmarks.report import spread
+
+    rows = []
+    base = result["samples"].get("llm")
+    base_m = {k: spread(s[k] for s in base)["median"] for k in ("reply_s", "exit_s", "peak_rss_mb")} if base else None
+    for name, state in result["status"].items():
+        got = result["samples"].get(name)
+        if not got:
+            rows.append(f"{name:<10} {state}")
+            continue
+        m = {k: spread(s[k] for s in got) for k in ("reply_s", "exit_s", "peak_rss_mb")}
+        ratio = ""
+        if base_m and name != "llm":
+            ratio = "  vs llm: " + ", ".join(f"{m[k]['median'] / base_m[k]:.2f}x" for k in ("reply_s", "exit_s", "peak_rss_mb"))
+        rows.append(f"{name:<10} reply {m['reply_s']['median']:.3f} s [{m['reply_s']['min']:.3f}-{m['reply_s']['max']:.3f}]"
+                    f"  exit {m['exit_s']['median']:.3f} s [{m['exit_s']['min']:.3f}-{m['exit_s']['max']:.3f}]"
+                    f"  peak RSS {m['peak_rss_mb']['median']:.0f} MB{ratio}")
+    helps = result.get("help") or []
+    if helps:
+        h = {k: spread(s[k] for s in helps) for k in ("exit_s", "peak_rss_mb")}
+        rows.append(f"{'--help':<10} hippobot --help exit {h['exit_s']['median']:.3f} s "
+                    f"[{h['exit_s']['min']:.3f}-{h['exit_s']['max']:.3f}]  peak RSS {h['peak_rss_mb']['median']:.0f} MB")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.coldstart [--runs N] [--no-peers]``: the one-shot comparison alone."""
+    import argparse
+    import tempfile
+
+    from benchmarks.workload import Workload, prepare_home
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.coldstart", description=main.__doc__)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--turns", type=int, default=50, help="turns in the hippobot session (default 50)")
+    parser.add_argument("--no-peers", action="store_true", help="hippobot only (no installs)")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="hippobot-oneshot-"))
+    try:
+        template = work / "template"
+        prepare_home(template, args.turns, context_window=128_000, workload=Workload())
+        result = compare_one_shots(template, work, args.runs, peers=not args.no_peers,
+                                   log=lambda m: sys.stderr.write(m + "\n"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.stdout.write(one_shot_table(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,7 +224,15 @@ def render(result: dict[str, Any]) -> str:
             f"{h['wall_p50_ms']:.2f} ms; in-process in the same round: overhead p50 "
             f"{h['inprocess_overhead_p50_ms']:.2f} ms, wall p50 {h['inprocess_wall_p50_ms']:.2f} ms"
         )
-    out += ["", _render_cold(result), "", _render_lifecycle(result)]
+    out += ["", _render_cold(result)]
+    if result.get("one_shot"):
+        from benchmarks.coldstart import one_shot_table
+
+        o = result["one_shot"]
+        out += ["", f"One shot side by side: median [min-max] of {o['runs']} run(s) each, alternating, "
+                "same scripted model on 127.0.0.1; reply = the whole reply on stdout, from spawn",
+                one_shot_table(o)]
+    out += ["", _render_lifecycle(result)]
     rec = result.get("recall")
     if rec and "query" in rec:
         out += ["", "Memory search (benchmarks/recall_bench.py --small): "

@@ -40,6 +40,9 @@ def test_quick_benchmark_runs_and_writes_json(tmp_path: Path) -> None:
         assert per_n["rss_peak_mb"]["median"] > 0
     for sample in result["cold_start"]["by_messages"].values():
         assert sample["first_request_s"]["median"] > 0
+    one_shot = result["one_shot"]  # hippobot's one-shot; --quick installs no third-party agent
+    assert [s["reply_s"] > 0 for s in one_shot["samples"]["hippobot"]] == [True]
+    assert one_shot["status"]["llm"].startswith("not run") and one_shot["help"]
     lifecycle = result["lifecycle"]
     assert lifecycle["turns"] == result["meta"]["lifecycle_turns"]
     assert lifecycle["consolidated_after_turns"], "the quick window is small enough to consolidate"
