@@ -1,0 +1,186 @@
+"""``python -m benchmarks.locomo --data PATH/locomo10.json``: LoCoMo retrieval, two halves.
+
+Conversations 1-5 are the half the ranking may be tuned on, 6-10 the held-out half; both
+are reported apart (``--conversations 6-10`` for one selection; repeat the option for
+several). Prints a table per selection and writes everything to
+``benchmarks/results/locomo.json`` (``--out``). Document and query vectors are cached in
+``benchmarks/results/locomo-cache/`` (``--cache``), keyed by model and text.
+
+The data file is not part of the project (CC BY-NC 4.0): get ``data/locomo10.json`` from
+the public GitHub repository snap-research/LoCoMo. ``python -m benchmarks.locomo.synthetic
+FILE`` writes a small file of the same shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import write_json
+from hippobot.recall.embeddings import EmbeddingsUnavailableError
+
+from . import dataset
+from .retrieval import KS, RETRIEVERS, CachedEmbedder, GroupResult, evaluate
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+_HELD_OUT = {"1-5": "tuning", "6-10": "held out"}
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"[locomo {time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+def default_groups(n: int) -> list[str]:
+    """The first half (rounded up) and the rest: 1-5 and 6-10 for LoCoMo's ten."""
+    half = (n + 1) // 2
+    groups = [f"1-{half}" if half > 1 else "1"]
+    if n > half:
+        groups.append(f"{half + 1}-{n}" if n > half + 1 else str(n))
+    return groups
+
+
+def make_embedder(choice: str, cache: Path, threads: int | None) -> tuple[CachedEmbedder | None, str | None]:
+    """The cached local embedder, or ``None`` and why not."""
+    if choice == "off":
+        return None, None
+    from hippobot.recall.embedders import LocalEmbedder
+
+    try:
+        return CachedEmbedder(LocalEmbedder(threads=threads), cache), None
+    except EmbeddingsUnavailableError as exc:
+        return None, str(exc)
+
+
+def format_table(group: dict[str, Any]) -> str:
+    cats = [c for c in ("multi-hop", "temporal", "open-domain", "single-hop")]
+    skipped = group["skipped_no_evidence"]
+    skip_text = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "none"
+    lines = [
+        f"LoCoMo retrieval, conversations {group['label']}: {len(group['conversations'])} "
+        f"conversations, {group['turns']:,} turns, {group['questions']:,} questions of "
+        f"categories 1-4 (skipped for no evidence turn: {skip_text})",
+        f"{'retriever':<18}" + "".join(f"{'R@' + str(k):>7}" for k in KS) + f"{'ev@10':>7}"
+        + "   R@5 by category: " + " ".join(f"{c:>11}" for c in cats),
+    ]
+    for name in RETRIEVERS:
+        parts = group["retrievers"].get(name, {})
+        total = parts.get("all")
+        if not total or not total["questions"]:
+            continue
+        row = f"{name:<18}" + "".join(f"{total['R@' + str(k)]:>7.3f}" for k in KS)
+        row += f"{total['ev@10']:>7.3f}" + " " * 20
+        row += " ".join(
+            f"{parts[c]['R@5']:>11.3f}" if c in parts else f"{'-':>11}" for c in cats
+        )
+        lines.append(row)
+    for name, lat in group["latency_ms"].items():
+        if lat["n"]:
+            lines.append(
+                f"search latency {name}: p50 {lat['p50']} ms, p95 {lat['p95']} ms "
+                f"({lat['n']} searches{', query embedding included' if 'hybrid' in name else ''})"
+            )
+    emb = group["embedding"]
+    lines.append(
+        f"indexing {group['index_seconds']:.2f} s; embedding {emb['seconds']:.1f} s "
+        f"({emb['embedded']:,} texts embedded, {emb['from_cache']:,} from the cache)"
+    )
+    lines.extend(f"note: {n}" for n in group["notes"])
+    return "\n".join(lines)
+
+
+def run(
+    data: Path,
+    groups: list[str] | None,
+    *,
+    embedder: CachedEmbedder | None,
+    latency_sample: int = 100,
+    keep: Path | None = None,
+    embedder_problem: str | None = None,
+) -> dict[str, Any]:
+    conversations = dataset.load(data)
+    specs = groups or default_groups(len(conversations))
+    selections = [(spec, dataset.select(conversations, spec)) for spec in specs]
+    work = keep or Path(tempfile.mkdtemp(prefix="locomo-"))
+    results: list[GroupResult] = []
+    try:
+        for spec, convs in selections:
+            label = spec
+            if len(conversations) == 10 and spec in _HELD_OUT:
+                label = f"{spec} ({_HELD_OUT[spec]})"
+            group_dir = work / spec.replace(",", "_")
+            results.append(
+                evaluate(
+                    label, convs, group_dir, embedder, latency_sample=latency_sample,
+                    warn=lambda m: print(m, file=sys.stderr), progress=_log,
+                )
+            )
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    out_groups = [r.to_json() for r in results]
+    if embedder_problem:
+        for g in out_groups:
+            g["notes"].insert(0, f"embedder unavailable: {embedder_problem}")
+    return {
+        "data": str(data),
+        "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+        "embedder": embedder.name if embedder is not None else None,
+        "groups": out_groups,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.locomo",
+        description="LoCoMo retrieval: hippobot keyword and hybrid search beside plain BM25 "
+        "and plain vector search, R@1/5/10 per category, for the tuning and held-out halves.",
+    )
+    parser.add_argument("--data", type=Path, required=True, help="path to locomo10.json")
+    parser.add_argument(
+        "--conversations", action="append", metavar="SPEC",
+        help="conversations to report together, e.g. 1-5 or 6-10 or 1,3 (repeatable; "
+        "default: the first half and the second half, reported apart)",
+    )
+    parser.add_argument("--embedder", choices=("local", "off"), default="local",
+                        help="local: the offline multilingual-e5-small (default); off: keywords only")
+    parser.add_argument("--threads", type=int, default=None, help="threads of the local model")
+    parser.add_argument("--latency-sample", type=int, default=100,
+                        help="hybrid searches timed with the live model (default 100)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "locomo.json")
+    parser.add_argument("--cache", type=Path, default=RESULTS / "locomo-cache",
+                        help="where vectors are kept between runs")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="build the workspaces in this (new) directory and keep them")
+    args = parser.parse_args(argv)
+    try:
+        dataset.load(args.data)  # a bad file is one line before anything else runs
+        if args.keep is not None and args.keep.exists():
+            raise dataset.DatasetError(f"--keep {args.keep}: already exists")
+    except dataset.DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    embedder, problem = make_embedder(args.embedder, args.cache, args.threads)
+    if problem:
+        print(f"warning: {problem}; hybrid search is keyword search in this run", file=sys.stderr)
+    try:
+        report = run(args.data, args.conversations, embedder=embedder,
+                     latency_sample=args.latency_sample, keep=args.keep, embedder_problem=problem)
+    except dataset.DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for group in report["groups"]:
+        print(format_table(group))
+        print()
+    write_json(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
