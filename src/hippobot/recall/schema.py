@@ -30,7 +30,7 @@ __all__ = [
 
 log = logging.getLogger("hippobot.recall")
 
-SCHEMA_VERSION = "1"  # bump when the tables or index_text() change: the index is rebuilt
+SCHEMA_VERSION = "2"  # bump when the tables or index_text() change: the index is rebuilt
 _TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 _BUSY_MS = 10_000
 KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}

@@ -21,7 +21,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +31,7 @@ from hippobot.memory.history import parse_line
 from hippobot.messages import public_text
 from hippobot.session.records import decode
 
+from .boilerplate import is_heading
 from .query import Kind
 
 __all__ = [
@@ -65,6 +66,7 @@ _TOOL_ARGS_CHARS = 300
 _CHUNK_MAX_LINES = 12
 _CHUNK_MAX_CHARS = 1_200
 _ROOT_MARKDOWN = ("SOUL.md", "USER.md")
+RECALL_TOOLS = frozenset({"memory_search", "memory_get"})
 RACY_NS = 2_000_000_000  # an mtime this recent may hide a change made in the same tick
 HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite
 TAIL = 256  # bytes hashed just before the indexed offset to detect an edit
@@ -247,8 +249,11 @@ def message_text(msg: dict[str, Any]) -> str:
 
     The runtime-context suffix is stripped exactly (``public_text``); assistant tool calls
     are summarised as ``[tool call] name(args…)`` so a search for a file name or command
-    the agent used finds the turn; tool results are indexed like any text.
+    the agent used finds the turn; tool results are indexed like any text. The recall
+    tools' own calls and results are left out: they only repeat what a search found.
     """
+    if msg.get("role") == "tool" and msg.get("name") in RECALL_TOOLS:
+        return ""  # an echo of other documents, not a memory of its own
     parts = []
     text = public_text(msg)
     if text:
@@ -256,7 +261,7 @@ def message_text(msg: dict[str, Any]) -> str:
     calls = msg.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict):
+        if not isinstance(fn, dict) or fn.get("name") in RECALL_TOOLS:
             continue
         args = fn.get("arguments")
         if not isinstance(args, str):
@@ -299,25 +304,28 @@ def session_docs(lines: Iterable[bytes], state: SessionState) -> Iterator[Doc]:
             )
 
 
-def markdown_docs(text: str) -> Iterator[Doc]:
+def markdown_docs(text: str, skip: Callable[[str], bool] | None = None) -> Iterator[Doc]:
     """Paragraph chunks of a Markdown file, with 1-based first/last line numbers.
 
     A heading starts a new chunk (and stays with the lines under it); a long paragraph is
-    split so a citation stays close to the fact.
+    split so a citation stays close to the fact. A line ``skip`` rejects (template text,
+    see :mod:`~hippobot.recall.boilerplate`) ends a chunk like a blank line, and a chunk of
+    headings alone is no document.
     """
     chunk: list[str] = []
     first = 0
     size = 0
 
     def flush() -> Iterator[Doc]:
-        if chunk:
+        if chunk and not all(is_heading(line) for line in chunk):
             yield Doc(num=first, end_num=first + len(chunk) - 1, text="\n".join(chunk))
 
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or (line.lstrip().startswith("#") and chunk):
+        blank = not line.strip() or (skip is not None and skip(line))
+        if blank or (line.lstrip().startswith("#") and chunk):
             yield from flush()
             chunk, size = [], 0
-            if not line.strip():
+            if blank:
                 continue
         if not chunk:
             first = lineno

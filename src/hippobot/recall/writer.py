@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import astuple
 from typing import Any
 
+from .boilerplate import line_filter
 from .query import FTS_TABLES, index_text, owner_token
 from .schema import KIND_BASE, KIND_SPAN
 from .sources import (
@@ -124,9 +125,8 @@ class IndexWriter:
             stats.files_new += 1
         self._write_state(new)
         if not same:
-            self._insert_docs(
-                sf.kind, new.id, markdown_docs(data.decode("utf-8", "replace")), stats
-            )
+            docs = markdown_docs(data.decode("utf-8", "replace"), line_filter(sf.rel))
+            self._insert_docs(sf.kind, new.id, docs, stats)
         return new
 
     def _write_state(self, state: FileState) -> None:
