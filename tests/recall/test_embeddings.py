@@ -14,7 +14,8 @@ import pytest
 from hippobot.config import load_settings
 from hippobot.recall import RecallIndex
 from hippobot.recall.embedders import EndpointEmbedder, LocalEmbedder, embedder_from_settings
-from hippobot.recall.embeddings import EmbeddingsUnavailableError, fuse
+from hippobot.recall.embeddings import EmbeddingsUnavailableError
+from hippobot.recall.ranking import HYBRID, KEYWORD, Evidence, relevance
 from hippobot.testing import ScriptedModel
 from hippobot.testing.server import ScriptedServer
 
@@ -186,13 +187,16 @@ def test_explain_shows_each_part_of_the_score(ws: Workspace) -> None:
     assert semantic_only.explain is not None and semantic_only.explain["bm25"] is None
 
 
-def test_fusion_rewards_agreement_and_keeps_keyword_order_alone() -> None:
-    both = fuse([(1, 9.0), (2, 8.0), (3, 7.0)], [(2, 0.9), (4, 0.8)], {})
-    assert [f.doc_id for f in both][:2] == [2, 1]
-    alone = fuse([(5, 3.0), (6, 2.0), (7, 1.0)], [], {})
-    assert [f.doc_id for f in alone] == [5, 6, 7]
-    boosted = fuse([(1, 1.0)], [(2, 0.5)], {2: 1.5})
-    assert [f.doc_id for f in boosted] == [2, 1]
+def test_evidence_of_words_and_meaning_together_outranks_either_alone() -> None:
+    def score(words: float, meaning: float | None) -> float:
+        return relevance(Evidence(1, "session", words=words, meaning=meaning), HYBRID)
+
+    both, words_only, meaning_only = score(0.6, 3.0), score(0.6, 0.0), score(0.0, 3.0)
+    assert both > max(words_only, meaning_only)
+    assert min(words_only, meaning_only) > 0.0 and both < 1.0
+    # Without vectors the order is the order of the word evidence.
+    ranked = sorted([0.2, 0.9, 0.5], key=lambda w: -relevance(Evidence(1, "session", words=w), KEYWORD))
+    assert ranked == [0.9, 0.5, 0.2]
 
 
 # --- an OpenAI-compatible endpoint, through the real openai SDK over HTTP ---------------

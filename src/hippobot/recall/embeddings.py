@@ -9,7 +9,8 @@ Off unless ``recall.embeddings`` is configured; then:
   background, newest documents first, in bounded batches (:meth:`VectorStore.fill`), never
   while a document is indexed, so indexing and a turn never wait for a model. Vectors of
   another model, or of the wrong size, are deleted and made again;
-* :func:`fuse` merges the keyword and the vector ranking by reciprocal rank fusion.
+* :meth:`VectorStore.scores` gives a query's similarity to every vector in scope, and
+  their spread, which :mod:`~hippobot.recall.ranking` turns into evidence.
 
 A search never depends on the vectors being complete: documents without one are still
 found by their words.
@@ -33,15 +34,10 @@ __all__ = [
     "Embedder",
     "EmbeddingsUnavailableError",
     "FillStats",
-    "Fused",
+    "VectorScores",
     "VectorStore",
-    "fuse",
 ]
 
-RRF_K = 60  # the usual constant: damps the weight of the very first ranks
-# Adjacent ranks differ by under 2% in RRF, while recency × kind boosts span 1.0–1.9×; taken
-# whole they would decide alone. Damped, they still put current memory first among equals.
-BOOST_EXPONENT = 0.25
 _FILL_BATCH = 32
 _MAX_EMBED_CHARS = 2_000  # small embedding models read ~512 tokens; the head carries the gist
 
@@ -83,18 +79,6 @@ class FillStats:
     dropped: int = 0  # stale vectors (other model, wrong size) removed
 
 
-@dataclass(frozen=True, slots=True)
-class Fused:
-    """One fused result: the final score and what it was made of (``--explain``)."""
-
-    doc_id: int
-    score: float
-    bm25: float | None  # keyword score (BM25 × boosts) when the words matched
-    bm25_rank: int | None
-    similarity: float | None  # cosine similarity when the vector search found it
-    vector_rank: int | None
-
-
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     import numpy as np
 
@@ -118,6 +102,7 @@ class VectorStore:
         self._matrix: np.ndarray | None = None
         self._ids: np.ndarray | None = None
         self._seen: tuple[int, int] = (-1, -1)  # (max seq, row count) the cache reflects
+        self._row_of: dict[int, int] | None = None  # id -> row of the matrix, made on use
         self._lock = threading.Lock()
 
     # --- filling (background) ----------------------------------------------------------
@@ -211,77 +196,60 @@ class VectorStore:
                 mat = np.concatenate([self._matrix, mat])
                 ids = np.concatenate([self._ids, ids])
             self._matrix, self._ids, self._seen = mat, ids, (max_seq, count)
+            self._row_of = None
             return mat, ids
 
-    def search(
+    def scores(
         self,
         conn: sqlite3.Connection,
         query_vec: np.ndarray,
         *,
-        k: int,
         id_ranges: Sequence[tuple[int, int]],
-    ) -> list[tuple[int, float]]:
-        """The ``k`` ids most similar to ``query_vec`` among ids in ``id_ranges``."""
+    ) -> VectorScores | None:
+        """Similarity of ``query_vec`` to every vector with an id in ``id_ranges``
+        (``None`` when there is none): one matrix product."""
         import numpy as np
 
         matrix, ids = self._load(conn)
         if not len(ids):
-            return []
+            return None
         mask = np.zeros(len(ids), dtype=bool)
         for lo, hi in id_ranges:
             mask |= (ids >= lo) & (ids < hi)
         if not mask.any():
-            return []
+            return None
         q = _unit_rows(query_vec)[0]
-        sims = matrix @ q
-        sims = np.where(mask, sims, -np.inf)
-        k = min(k, int(mask.sum()))
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top], kind="stable")]
-        return [(int(ids[i]), float(sims[i])) for i in top]
+        if mask.all():
+            if self._row_of is None or len(self._row_of) != len(ids):
+                self._row_of = {int(i): r for r, i in enumerate(ids)}
+            return VectorScores(ids, matrix @ q, self._row_of)
+        return VectorScores(ids[mask], matrix[mask] @ q, None)
 
 
-def fuse(
-    keyword: Sequence[tuple[int, float]],
-    similar: Sequence[tuple[int, float]],
-    boosts: dict[int, float],
-    *,
-    k: int = RRF_K,
-) -> list[Fused]:
-    """Reciprocal rank fusion of two rankings, times each document's damped recency × kind
-    boost (``boost ** BOOST_EXPONENT``).
+class VectorScores:
+    """The similarities of one query to the vectors in scope, and their spread."""
 
-    ``boosts`` holds the multiplier of every id in either list (ids missing count 1.0).
-    Vector hits with no positive similarity are unrelated and get no credit. Ties keep the
-    keyword order, so with no vector hits the result is the keyword ranking.
-    """
-    similar = [(doc_id, sim) for doc_id, sim in similar if sim > 0.0]
-    kw_rank = {doc_id: rank for rank, (doc_id, _) in enumerate(keyword, start=1)}
-    kw_score = dict(keyword)
-    vec_rank = {doc_id: rank for rank, (doc_id, _) in enumerate(similar, start=1)}
-    vec_sim = dict(similar)
-    order = list(dict.fromkeys([*kw_rank, *vec_rank]))
-    out = []
-    for position, doc_id in enumerate(order):
-        rrf = 0.0
-        if doc_id in kw_rank:
-            rrf += 1.0 / (k + kw_rank[doc_id])
-        if doc_id in vec_rank:
-            rrf += 1.0 / (k + vec_rank[doc_id])
-        score = rrf * boosts.get(doc_id, 1.0) ** BOOST_EXPONENT
-        out.append(
-            (
-                -score,
-                position,
-                Fused(
-                    doc_id=doc_id,
-                    score=score,
-                    bm25=kw_score.get(doc_id),
-                    bm25_rank=kw_rank.get(doc_id),
-                    similarity=vec_sim.get(doc_id),
-                    vector_rank=vec_rank.get(doc_id),
-                ),
-            )
-        )
-    out.sort(key=lambda item: (item[0], item[1]))
-    return [fused for _, _, fused in out]
+    def __init__(self, ids: np.ndarray, sims: np.ndarray, rows: dict[int, int] | None) -> None:
+        self.ids, self.sims = ids, sims
+        self._rows = rows if rows is not None else {int(i): r for r, i in enumerate(ids)}
+        self.mean = float(sims.mean())
+        # A floor: with a handful of documents (or identical ones) the spread says nothing.
+        self.std = max(float(sims.std()), 0.02)
+
+    def top(self, k: int) -> list[tuple[int, float]]:
+        import numpy as np
+
+        k = min(k, len(self.ids))
+        if k <= 0:
+            return []
+        top = np.argpartition(-self.sims, k - 1)[:k]
+        top = top[np.argsort(-self.sims[top], kind="stable")]
+        return [(int(self.ids[i]), float(self.sims[i])) for i in top]
+
+    def similarity(self, doc_id: int) -> float | None:
+        row = self._rows.get(doc_id)
+        return None if row is None else float(self.sims[row])
+
+    def standardise(self, sim: float) -> float:
+        """Standard deviations above the typical document's similarity to the query."""
+        return (sim - self.mean) / self.std

@@ -30,27 +30,25 @@ This module owns the connection, sync and queries; the DDL and connection settin
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from hippobot.redact import redact_exact
 
-from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, Fused, VectorStore, fuse
+from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, VectorScores, VectorStore
 from .query import (
     FTS_TABLES,
-    KIND_BOOST,
-    RECENCY_TAU_DAYS,
-    RECENCY_WEIGHT,
     Hit,
     ParsedQuery,
     RecallError,
     Scope,
-    candidate_sql,
+    Term,
     expand_citation,
     load_hits,
     match_expression,
@@ -59,6 +57,7 @@ from .query import (
     parse_citation,
     parse_query,
 )
+from .ranking import HYBRID, KEYWORD, Evidence, relevance
 from .schema import KIND_BASE, KIND_SPAN, SQLITE_BUSY, SQLITE_LOCKED, connect, is_corruption
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: it used to live here
 from .sources import FileState, Scanner, SourceFile, SyncStats, classify
@@ -71,10 +70,14 @@ log = logging.getLogger("hippobot.recall")
 INDEX_DIR = ".hippobot"
 INDEX_FILE = "recall.sqlite3"
 _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
-# Newest matches scored per kind: all-terms pass, then the any-term fallback. Bounds the
-# cost of a query whatever the terms; see docs/recall.md for what it means for ranking.
+# Bounded work per query and kind (see _kind_candidates and docs/recall.md): a term with
+# at most _RARE_MAX matches is "rare" and all its matches are ranked; when every term is
+# common, the newest _CANDIDATES matches are. _POOL candidates per kind are kept.
+_RARE_MAX = 1000
 _CANDIDATES = 200
-_CANDIDATES_ANY = 100
+_POOL = 50
+_ENOUGH = 10  # common terms only: documents with all of them before any-term ones are read
+_NEIGHBOURS = 20  # the best candidates by words (and by meaning) whose neighbours join
 _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
     "all": ("memory", "history", "session"),
     "history": ("history",),
@@ -124,6 +127,8 @@ class RecallIndex:
         # Optional semantic side (off by default): vectors kept next to the documents.
         self._vectors = VectorStore(embedder) if embedder is not None else None
         self._semantic_warning: str | None = None  # set once when vectors stop working
+        self._counts: dict[str, int] = {}  # documents per kind, for BM25's idf
+        self._counts_key: tuple[int, int] = (-1, -1)
 
     @property
     def semantic(self) -> bool:
@@ -362,19 +367,23 @@ class RecallIndex:
         include_other_sessions: bool = True,
         now: float | None = None,
         explain: bool = False,
+        min_score: float = 0.0,
     ) -> list[Hit]:
-        """The ``k`` best matches for ``query``, best first.
+        """The ``k`` best matches for ``query``, best first, each with a calibrated
+        ``score`` between 0 and 1 (see :mod:`~hippobot.recall.ranking`).
 
         Any text is accepted: it is reduced to plain terms, so FTS syntax typed by a user
-        is searched for, never interpreted. Documents containing every term rank before
-        documents containing only some. ``session_key`` marks hits from other sessions;
-        with ``include_other_sessions=False`` they (and other sessions' history entries)
-        are left out.
+        is searched for, never interpreted. Keyword evidence is BM25 over any of the
+        terms (rare terms weigh most, as BM25 has them). ``session_key`` marks hits from
+        other sessions; with ``include_other_sessions=False`` they (and other sessions'
+        history entries) are left out.
 
-        With an embedder, the keyword ranking and the vector ranking are fused (reciprocal
-        rank fusion × recency × kind boost); if the query cannot be embedded (endpoint down
-        or slow) the keyword ranking is returned and :meth:`take_semantic_warning` says why.
-        ``explain`` fills each hit's ``explain`` with the parts of its score.
+        With an embedder, each candidate's similarity to the query is added to its
+        evidence; if the query cannot be embedded (endpoint down or slow) the keyword
+        ranking is returned and :meth:`take_semantic_warning` says why. ``explain`` fills
+        each hit's ``explain`` with the parts of its score. ``min_score`` leaves out hits
+        below that relevance (a bar for callers that act on hits unasked, e.g. recall
+        before answering); the default keeps every candidate.
         """
         if scope not in _SCOPE_KINDS:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
@@ -388,18 +397,60 @@ class RecallIndex:
 
         def run() -> list[Hit]:
             self._auto_sync()
-            found = self._keyword_search(parsed, k, scope, session_key, include_other_sessions, clock)
-            if qvec is None:
-                if not explain:
-                    return load_hits(self._db, found[:k], parsed, session_key)
-                fused = fuse(found, [], {})
-            else:
-                fused = self._fuse(found, qvec, k, scope, session_key, include_other_sessions, clock)
-            best = fused[:k]
-            notes = {f.doc_id: _explain(f) for f in best} if explain else None
-            return load_hits(self._db, [(f.doc_id, f.score) for f in best], parsed, session_key, notes)
+            found = self._gather(parsed, qvec, max(k, _POOL), scope, session_key,
+                                 include_other_sessions, clock)  # fmt: skip
+            weights = HYBRID if qvec is not None else KEYWORD
+            for ev in found:
+                ev.score = relevance(ev, weights)
+            best = _trim(sorted(found, key=lambda e: (-e.score, -e.doc_id)), min_score)[:k]
+            notes = {e.doc_id: _explain(e) for e in best} if explain else None
+            return load_hits(self._db, [(e.doc_id, e.score) for e in best], parsed, session_key, notes)
 
         return self._guard(run)
+
+    def candidates(
+        self,
+        query: str,
+        *,
+        scope: Scope = "all",
+        session_key: str | None = None,
+        include_other_sessions: bool = True,
+        now: float | None = None,
+        pool: int = _POOL,
+    ) -> list[tuple[Evidence, str]]:
+        """What :meth:`search` ranks, unranked: every candidate's evidence and its citation
+        (for fitting the ranking's weights; see ``benchmarks/locomo/tune.py``)."""
+        parsed = parse_query(query)
+        qvec = self._query_vector(query) if self._vectors is not None else None
+        clock = time.time() if now is None else now
+
+        def run() -> list[tuple[Evidence, str]]:
+            self._auto_sync()
+            found = self._gather(parsed, qvec, pool, scope, session_key,
+                                 include_other_sessions, clock)  # fmt: skip
+            hits = load_hits(self._db, [(e.doc_id, 0.0) for e in found], parsed, session_key)
+            return [(e, h.citation) for e, h in zip(found, hits, strict=True)]
+
+        return self._guard(run)
+
+    def _gather(
+        self,
+        parsed: ParsedQuery,
+        qvec: Any,
+        pool: int,
+        scope: str,
+        session_key: str | None,
+        include_other: bool,
+        now: float,
+    ) -> list[Evidence]:
+        found = self._keyword_search(parsed, pool, scope, session_key, include_other)
+        scores = None
+        if qvec is not None:
+            scores = self._add_meaning(found, qvec, pool, scope, session_key, include_other)
+        if "session" in _SCOPE_KINDS[scope]:
+            self._add_context(found, scores)
+        self._add_facts(found, now)
+        return list(found.values())
 
     def _query_vector(self, query: str) -> Any:
         assert self._vectors is not None
@@ -463,56 +514,109 @@ class RecallIndex:
     def _keyword_search(
         self,
         parsed: ParsedQuery,
-        k: int,
+        pool: int,
         scope: str,
         session_key: str | None,
         include_other: bool,
-        now: float,
-    ) -> list[tuple[int, float]]:
-        """Best ``(doc id, score)`` first: all-terms matches, then any-term, then prefixes."""
-        found: dict[int, tuple[int, float]] = {}  # id -> (pass, score)
+    ) -> dict[int, Evidence]:
+        """Up to ``pool`` candidates per kind with their word evidence; the terms are
+        retried as prefixes when nothing matches them as words ("sqlite" → "sqlite3")."""
         if not parsed:
-            return []
-        passes: list[tuple[Literal["all", "any"], bool]] = [("all", False)]
-        if len(parsed.terms) > 1:
-            passes.append(("any", False))
-        passes.append(("all", True))  # last resort: terms as prefixes ("sqlite" → "sqlite3")
-        for tier, (mode, prefix) in enumerate(passes):
-            if (tier and len(found) >= k) or (prefix and found):
-                break
-            match = match_expression(parsed, mode=mode, prefix=prefix)
+            return {}
+        for prefix in (False, True):
+            found: dict[int, Evidence] = {}
             for kind in _SCOPE_KINDS[scope]:
                 owners = owner_filter(kind, session_key, include_other)
-                params = {
-                    "match": match + owner_clause(owners),
-                    "cap": _CANDIDATES if mode == "all" else _CANDIDATES_ANY,
-                    "k": k + len(found),  # earlier-pass hits may come back; keep k new ones
-                    "now": now,
-                    # Memory files are current truth (age 0); an undated row gets no boost.
-                    "missing_ts": now if kind == "memory" else -1e12,
-                }
-                boost = KIND_BOOST[kind]
-                sql = candidate_sql(kind, ranked=not parsed.only_stopwords)
-                for doc_id, score in self._db.execute(sql, params):
-                    if doc_id not in found:
-                        found[doc_id] = (tier, score * boost)
-        best = sorted(found.items(), key=lambda item: (item[1][0], -item[1][1], -item[0]))
-        return [(doc_id, score) for doc_id, (_tier, score) in best[:k]]
+                for ev in self._kind_candidates(kind, parsed, owner_clause(owners), pool, prefix):
+                    found[ev.doc_id] = ev
+            if found or parsed.only_stopwords:
+                return found
+        return {}
 
-    def _fuse(
+    def _kind_candidates(
+        self, kind: str, parsed: ParsedQuery, owners: str, pool: int, prefix: bool
+    ) -> list[Evidence]:
+        """The best ``pool`` documents of one kind by BM25, in bounded work.
+
+        Each term is probed first (its newest ``_RARE_MAX + 1`` matches). When some terms
+        are rare (at most ``_RARE_MAX`` matches), every document holding one of them is
+        ranked by BM25 over all the terms; the rare terms are then named twice in the
+        MATCH expression, which doubles their weight (they carry the meaning). When every
+        term is common, the newest ``_CANDIDATES`` documents with all of them are ranked,
+        and if they are fewer than ``_ENOUGH``, the newest with any (each term named once). Words found in most documents are thus
+        never the reason an older exact match is left out.
+        """
+        table = FTS_TABLES[kind]
+        db = self._db
+        if parsed.only_stopwords:
+            sql = (f"SELECT rowid FROM {table} WHERE {table} MATCH ? "
+                   "ORDER BY rowid DESC LIMIT ?")  # fmt: skip
+            match = match_expression(parsed, mode="any", prefix=False) + owners
+            return [Evidence(r[0], kind) for r in db.execute(sql, (match, pool))]
+        probe = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+        freq: list[tuple[Term, int]] = []
+        for term in parsed.terms:
+            match = f"body : ({term.fts(prefix=prefix)}){owners}"
+            df = db.execute(probe, (match, _RARE_MAX + 1)).fetchone()[0]
+            if df:
+                freq.append((term, df))
+        if not freq:
+            return []
+        terms = [t for t, _ in freq]
+        rare = [t for t, df in freq if df <= _RARE_MAX]
+        every = _any_of(terms, prefix)
+        ranked = f"SELECT rowid, -bm25({table}, 1.0, 0.0) FROM {table} WHERE {table} MATCH ?"
+        if rare:
+            queries = [(f"{ranked} ORDER BY 2 DESC LIMIT ?", f"{_any_of(rare, prefix)} AND {every}", pool)]
+        else:
+            # Both expressions name each term once, so their scores are on one scale.
+            newest = f"SELECT * FROM ({ranked} ORDER BY rowid DESC LIMIT ?) ORDER BY 2 DESC LIMIT {pool}"
+            queries = [(newest, _all_of(terms, prefix), _CANDIDATES)] if len(terms) > 1 else []
+            queries.append((newest, every, _CANDIDATES))
+        n_docs = self._doc_count(kind)
+        doubled = set(rare)
+        norm = sum((2.0 if t in doubled else 1.0) * _idf(n_docs, df) for t, df in freq)
+        out: dict[int, Evidence] = {}
+        for sql, match, cap in queries:
+            if len(out) >= _ENOUGH:
+                break  # enough documents with every term: any-term matches score less
+            for rank, (doc_id, bm25) in enumerate(db.execute(sql, (match + owners, cap)), start=1):
+                if doc_id not in out:
+                    words = max(0.0, bm25) / norm if norm > 0 else 0.0
+                    out[doc_id] = Evidence(doc_id, kind, words=words, bm25=bm25, bm25_rank=rank)
+        return sorted(out.values(), key=lambda e: -e.words)[:pool]
+
+    def _doc_count(self, kind: str) -> int:
+        """Documents of ``kind`` (BM25's N), cached until the index changes."""
+        key = (self._db.execute("PRAGMA data_version").fetchone()[0], self._db.total_changes)
+        if self._counts_key != key:
+            self._counts = {}
+            self._counts_key = key
+        if kind not in self._counts:
+            base = KIND_BASE[kind]
+            row = self._db.execute(
+                "SELECT count(*) FROM docs WHERE id >= ? AND id < ?", (base, base + KIND_SPAN)
+            ).fetchone()
+            self._counts[kind] = int(row[0])
+        return self._counts[kind]
+
+    def _add_meaning(
         self,
-        keyword: list[tuple[int, float]],
+        found: dict[int, Evidence],
         qvec: Any,
-        k: int,
+        pool: int,
         scope: str,
         session_key: str | None,
         include_other: bool,
-        now: float,
-    ) -> list[Fused]:
-        """Merge keyword and semantic rankings (reciprocal rank fusion × boosts)."""
+    ) -> VectorScores | None:
+        """Give every candidate its vector evidence and add the ``pool`` nearest documents
+        (other sessions' left out when they must not be seen)."""
         assert self._vectors is not None
         ranges = [(KIND_BASE[kind], KIND_BASE[kind] + KIND_SPAN) for kind in _SCOPE_KINDS[scope]]
-        similar = self._vectors.search(self._db, qvec, k=max(2 * k, 20), id_ranges=ranges)
+        scores = self._vectors.scores(self._db, qvec, id_ranges=ranges)
+        if scores is None:
+            return None
+        similar = scores.top(pool)
         if similar and not include_other and session_key:
             marks = ",".join("?" * len(similar))
             foreign = {
@@ -524,27 +628,74 @@ class RecallIndex:
                 )
             }
             similar = [(i, sim) for i, sim in similar if i not in foreign]
-        return fuse(keyword, similar, self._boosts([*keyword, *similar], now))
+        for rank, (doc_id, _sim) in enumerate(similar, start=1):
+            ev = found.get(doc_id)
+            if ev is None:
+                found[doc_id] = ev = Evidence(doc_id, _kind_of(doc_id))
+            ev.vector_rank = rank
+        for doc_id, ev in found.items():
+            sim = scores.similarity(doc_id)
+            if sim is not None:
+                ev.similarity = sim
+                ev.meaning = scores.standardise(sim)
+        return scores
 
-    def _boosts(self, ranked: list[tuple[int, float]], now: float) -> dict[int, float]:
-        """Recency × kind boost per document, the same factors keyword ranking uses."""
-        ids = list({doc_id for doc_id, _ in ranked})
-        if not ids:
-            return {}
+    def _add_context(self, found: dict[int, Evidence], scores: VectorScores | None) -> None:
+        """Evidence from the messages just before and after each candidate in the same
+        conversation: an answer is often the reply to the message that matched the
+        question. The neighbours of the best candidates become candidates too."""
+        sessions = [e for e in found.values() if e.doc_id >= KIND_BASE["session"]]
+        if not sessions:
+            return
+        best = sorted(sessions, key=lambda e: -e.words)[:_NEIGHBOURS]
+        if scores is not None:
+            by_meaning = sorted(sessions, key=lambda e: -(e.meaning or 0.0))[:_NEIGHBOURS]
+            best = list({e.doc_id: e for e in (*best, *by_meaning)}.values())
+        ids = [e.doc_id for e in sessions]
         marks = ",".join("?" * len(ids))
-        tau = RECENCY_TAU_DAYS * 86400.0
-        out: dict[int, float] = {}
-        for doc_id, ts in self._db.execute(f"SELECT id, ts FROM docs WHERE id IN ({marks})", ids):
-            kind = _kind_of(doc_id)
-            if kind == "memory":
-                age = 0.0
-            elif ts is None:
-                out[doc_id] = KIND_BOOST[kind]
+        rows = self._db.execute(
+            "SELECT d.id, n.id, n.num - d.num FROM docs d JOIN docs n ON n.file_id = d.file_id "
+            f"AND n.num IN (d.num - 1, d.num + 1) WHERE d.id IN ({marks})",
+            ids,
+        ).fetchall()
+        seeds = {e.doc_id for e in best}
+        for doc_id, neighbour, _ in rows:
+            if doc_id in seeds and neighbour not in found:
+                found[neighbour] = Evidence(neighbour, "session", via_neighbour=True)
+                if scores is not None:
+                    sim = scores.similarity(neighbour)
+                    if sim is not None:
+                        found[neighbour].similarity = sim
+                        found[neighbour].meaning = scores.standardise(sim)
+        for doc_id, neighbour, step in rows:
+            if neighbour not in found:
                 continue
+            ev, near = found[neighbour], found[doc_id]
+            # ``doc_id`` is ``step`` messages from ``neighbour``: +1 means it came after.
+            if step == 1:
+                ev.next_words = max(ev.next_words, near.words)
             else:
-                age = max(0.0, now - ts)
-            out[doc_id] = KIND_BOOST[kind] * (1.0 + RECENCY_WEIGHT / (1.0 + age / tau))
-        return out
+                ev.prev_words = max(ev.prev_words, near.words)
+            if near.meaning is not None:
+                ev.context = near.meaning if ev.context is None else max(ev.context, near.meaning)
+
+    def _add_facts(self, found: dict[int, Evidence], now: float) -> None:
+        """Age, length and whether the text asks a question, for every candidate."""
+        ids = list(found)
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+        rows = self._db.execute(
+            "SELECT d.id, d.ts, length(t.text), substr(rtrim(t.text), -1) = '?' "
+            f"FROM docs d JOIN texts t ON t.id = d.id WHERE d.id IN ({marks})",
+            ids,
+        )
+        for doc_id, ts, chars, asks in rows:
+            ev = found[doc_id]
+            if ts is not None:
+                ev.age_days = max(0.0, now - ts) / 86400.0
+            ev.chars = int(chars or 0)
+            ev.asks = bool(asks)
 
     def _redact(self, text: str) -> str:
         return redact_exact(text, self._secrets)
@@ -585,14 +736,44 @@ def _kind_of(doc_id: int) -> str:
     return "session"
 
 
-def _explain(part: Fused) -> dict[str, float | int | None]:
+def _explain(ev: Evidence) -> dict[str, float | int | None]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 6)
+
     return {
-        "bm25": None if part.bm25 is None else round(part.bm25, 6),
-        "bm25_rank": part.bm25_rank,
-        "similarity": None if part.similarity is None else round(part.similarity, 6),
-        "vector_rank": part.vector_rank,
-        "score": round(part.score, 6),
+        "bm25": r(ev.bm25),
+        "bm25_rank": ev.bm25_rank,
+        "words": round(ev.words, 6),
+        "similarity": r(ev.similarity),
+        "vector_rank": ev.vector_rank,
+        "meaning": r(ev.meaning),
+        "context": r(ev.context),
+        "prev_words": round(ev.prev_words, 6),
+        "next_words": round(ev.next_words, 6),
+        "score": round(ev.score, 6),
     }
+
+
+def _trim(ranked: list[Evidence], min_score: float) -> list[Evidence]:
+    """Drop hits below ``min_score``, and the trailing ones found only as a neighbour of a
+    match: context may lift a reply above weaker matches, never pad the list."""
+    kept = [e for e in ranked if e.score >= min_score]
+    last = max((i for i, e in enumerate(kept) if not e.via_neighbour), default=-1)
+    return kept[: last + 1]
+
+
+def _idf(n_docs: int, df: int) -> float:
+    """FTS5's idf (floored like FTS5's); a term past the probe counts as ``_RARE_MAX + 1``."""
+    value = math.log((n_docs - df + 0.5) / (df + 0.5)) if n_docs > df else 0.0
+    return max(value, 1e-6)
+
+
+def _any_of(terms: Sequence[Term], prefix: bool) -> str:
+    return "body : (" + " OR ".join(t.fts(prefix=prefix) for t in terms) + ")"
+
+
+def _all_of(terms: Sequence[Term], prefix: bool) -> str:
+    return "body : (" + " AND ".join(t.fts(prefix=prefix) for t in terms) + ")"
 
 
 def _is_current(state: FileState | None, st: os.stat_result) -> bool:
