@@ -84,7 +84,7 @@ def format_table(group: dict[str, Any]) -> str:
         if lat["n"]:
             lines.append(
                 f"search latency {name}: p50 {lat['p50']} ms, p95 {lat['p95']} ms "
-                f"({lat['n']} searches{', query embedding included' if 'hybrid' in name else ''})"
+                f"({lat['n']} searches{', query embedding included' if name == 'hippobot hybrid' else ''})"
             )
     emb = group["embedding"]
     lines.append(

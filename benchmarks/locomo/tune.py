@@ -43,12 +43,12 @@ def collect(convs: list[dataset.Conversation], work: Path, embedder: object | No
         data = ingest(conv, work / conv.sample_id)
         now = (max(s.started for s in conv.sessions) + timedelta(days=1)).timestamp()
         modes = {"keyword": RecallIndex(data.workspace, auto_sync=False)}
+        modes["keyword"].sync()
         if embedder is not None:
             hybrid = RecallIndex(data.workspace, auto_sync=False, embedder=embedder)  # type: ignore[arg-type]
             hybrid.embed_pending(max_docs=10**9, batch_size=64)
             modes["hybrid"] = hybrid
         for mode, index in modes.items():
-            index.sync()
             for q in conv.questions:
                 if q.category not in EVAL_CATEGORIES:
                     continue

@@ -66,7 +66,8 @@ KEYWORD = Weights(
     recency=0.1, memory=0.3, history=0.15,
 )  # fmt: skip
 HYBRID = Weights(
-    bias=-4.0, words=3.0, meaning=0.8, context=0.15, recency=0.2, memory=0.3, history=0.15,
+    bias=-7.526, words=3.144, meaning=1.03, context=0.403, prev_words=0.412, next_words=1.971,
+    length=0.941, asks=-1.243, recency=0.1, memory=0.3, history=0.15,
 )  # fmt: skip
 
 @dataclass(slots=True)
