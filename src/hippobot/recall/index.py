@@ -744,7 +744,9 @@ def _explain(ev: Evidence) -> dict[str, float | int | None]:
         "bm25": r(ev.bm25),
         "bm25_rank": ev.bm25_rank,
         "words": round(ev.words, 6),
-        "similarity": r(ev.similarity),
+        # Cosine similarity when the vector search found it among the nearest (the page's
+        # "matched by meaning"); ``meaning`` is given for every candidate with a vector.
+        "similarity": r(ev.similarity) if ev.vector_rank is not None else None,
         "vector_rank": ev.vector_rank,
         "meaning": r(ev.meaning),
         "context": r(ev.context),

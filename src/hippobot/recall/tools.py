@@ -50,9 +50,19 @@ def format_explained(hits: list[Hit]) -> str:
         parts = hit.explain or {}
         bm25 = parts.get("bm25")
         sim = parts.get("similarity")
-        keyword = f"bm25 {bm25:.4f} (#{parts.get('bm25_rank')})" if bm25 is not None else "bm25 -"
+        meaning = parts.get("meaning")
+        context = parts.get("context")
+        near = max(parts.get("prev_words") or 0.0, parts.get("next_words") or 0.0)
+        keyword = (
+            f"bm25 {bm25:.4f} (#{parts.get('bm25_rank')}) words {parts.get('words', 0):.2f}"
+            if bm25 is not None else "bm25 -"
+        )  # fmt: skip
         vector = f"vector {sim:.4f} (#{parts.get('vector_rank')})" if sim is not None else "vector -"
-        lines.append(f"    {keyword}  {vector}  score {hit.score:.6f}")
+        extra = f"  meaning {meaning:+.2f} sd" if meaning is not None else ""
+        if near or context is not None:
+            extra += f"  next to a match: words {near:.2f}"
+            extra += f", meaning {context:+.2f} sd" if context is not None else ""
+        lines.append(f"    {keyword}  {vector}{extra}  score {hit.score:.6f}")
     return "\n".join(lines)
 
 
