@@ -8,7 +8,8 @@ Tables:
 * ``files``: one row per source file: its last seen (size, mtime_ns, inode), the byte
   ``offset`` indexed so far (always the end of a complete line), hashes of its first
   4 KiB and of the 256 bytes before ``offset``, and for sessions the numbering state.
-* ``docs``: one narrow row per indexed unit (citation number, timestamp, session, role)
+* ``docs``: one narrow row per indexed unit (citation number, timestamp, session, role,
+  length and whether it asks a question)
   and ``texts``: its text as shown to people. The id is allocated from a range per kind
   (memory, history, session) and is the rowid in that kind's FTS table.
 * ``fts_memory``, ``fts_history``, ``fts_session``: contentless FTS5 tables (``body``,
@@ -686,9 +687,7 @@ class RecallIndex:
             return
         marks = ",".join("?" * len(ids))
         rows = self._db.execute(
-            "SELECT d.id, d.ts, length(t.text), substr(rtrim(t.text), -1) = '?' "
-            f"FROM docs d JOIN texts t ON t.id = d.id WHERE d.id IN ({marks})",
-            ids,
+            f"SELECT id, ts, chars, asks FROM docs WHERE id IN ({marks})", ids
         )
         for doc_id, ts, chars, asks in rows:
             ev = found[doc_id]

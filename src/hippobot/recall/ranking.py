@@ -23,6 +23,7 @@ Ranking is by relevance, so the bar and the order never disagree.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -127,8 +128,16 @@ def features(ev: Evidence) -> tuple[float, ...]:
     )
 
 
+@functools.cache
+def _coefficients(w: Weights) -> tuple[float, ...]:
+    return tuple(getattr(w, name) for name in FEATURES)
+
+
 def logit(ev: Evidence, w: Weights) -> float:
-    return w.bias + sum(getattr(w, name) * x for name, x in zip(FEATURES, features(ev), strict=True))
+    total = w.bias
+    for c, x in zip(_coefficients(w), features(ev), strict=True):
+        total += c * x
+    return total
 
 
 def relevance(ev: Evidence, w: Weights) -> float:

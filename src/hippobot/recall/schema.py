@@ -50,7 +50,7 @@ CREATE TABLE files(
 CREATE INDEX files_session ON files(session_key);
 CREATE TABLE docs(
     id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, num INTEGER NOT NULL, end_num INTEGER,
-    ts REAL, session_key TEXT, role TEXT, origin TEXT);
+    ts REAL, session_key TEXT, role TEXT, origin TEXT, chars INTEGER, asks INTEGER);
 CREATE INDEX docs_file ON docs(file_id, num);
 CREATE TABLE texts(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE VIRTUAL TABLE fts_memory USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");

@@ -59,7 +59,7 @@ def format_explained(hits: list[Hit]) -> str:
         )  # fmt: skip
         vector = f"vector {sim:.4f} (#{parts.get('vector_rank')})" if sim is not None else "vector -"
         extra = f"  meaning {meaning:+.2f} sd" if meaning is not None else ""
-        if near or context is not None:
+        if near > 0 or (context is not None and context > 0):
             extra += f"  next to a match: words {near:.2f}"
             extra += f", meaning {context:+.2f} sd" if context is not None else ""
         lines.append(f"    {keyword}  {vector}{extra}  score {hit.score:.6f}")

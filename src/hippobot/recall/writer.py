@@ -161,6 +161,10 @@ class IndexWriter:
         fts_rows: list[tuple[int, str, str]] = []
         texts: list[tuple[int, str]] = []
         for doc in docs:
+            text = self._redact(doc.text) if self._redact is not None else doc.text
+            # Length and "asks a question" feed the ranking; kept here so a search reads
+            # narrow rows instead of the texts.
+            asks = text.rstrip().endswith("?")
             rows.append(
                 (
                     next_id,
@@ -171,16 +175,17 @@ class IndexWriter:
                     doc.session_key,
                     doc.role,
                     doc.origin,
+                    len(text),
+                    int(asks),
                 )
             )
-            text = self._redact(doc.text) if self._redact is not None else doc.text
             texts.append((next_id, text))
             fts_rows.append((next_id, index_text(text), owner_token(kind, doc.session_key)))
             next_id += 1
         self._next_ids[kind] = next_id
         if rows:
             table = FTS_TABLES[kind]
-            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?)", rows)
+            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
             self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
             self._db.executemany(
                 f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
