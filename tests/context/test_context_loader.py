@@ -114,8 +114,8 @@ def test_unchanged_files_are_not_read_again(tmp_path):
 def test_recently_written_file_is_rechecked_but_keeps_its_object(tmp_path):
     path = write(tmp_path / "SOUL.md", "Be cheerful.", old=False)
     cache = FileCache()
-    first = cache.read(path)
-    second = cache.read(path)  # racy: re-read, same bytes, same object
+    first = cache.read(path, within=tmp_path)
+    second = cache.read(path, within=tmp_path)  # racy: re-read, same bytes, same object
     assert second is first
 
 

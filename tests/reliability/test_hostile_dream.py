@@ -96,23 +96,26 @@ async def test_dream_edits_only_the_three_memory_files(make_agent, scripted_mode
     assert (ws / "memory" / ".dream_cursor").read_text().strip() == str(agent.memory.last_cursor())
 
 
-async def test_a_memory_file_symlinked_elsewhere_is_never_written_through(
+async def test_a_memory_file_symlinked_elsewhere_is_never_read_or_written_through(
     make_agent, scripted_model, tmp_path
 ):
     """A chat model with ``exec`` can turn USER.md into a link to, say, ~/.bashrc; Dream must
-    then not write memory text into that file."""
+    then neither show that file to the model nor write memory text into it."""
+    import json
+
     agent = make_agent()
     ws = agent.workspace
     target = tmp_path / "shared-profile.md"
     target.write_text("# User\n\n- Likes maps\n")
     (ws / "USER.md").unlink()
     os.symlink(target, ws / "USER.md")
-    calls = [("edit_file", {"path": "USER.md", "old_text": "- Likes maps",
-                            "new_text": "- Likes maps\n- Drinks green tea"})]
     _pending_entry(agent)
-    await _dream_with_edits(agent, scripted_model, calls)
-    assert _edit_results(scripted_model)[0].startswith("Edited")
-    # The edit landed in the workspace's own USER.md; the file the link pointed at is as it was.
+    scripted_model.reply("[USER] drinks green tea")
+    scripted_model.reply("No tool calls: apply the findings.")  # Dream's text path appends them
+    result = await agent.dream.run()
+    assert result.status == "done", result.describe()
+    assert "Likes maps" not in json.dumps([r.messages for r in scripted_model.requests])
+    # The finding landed in the workspace's own USER.md; the file the link pointed at is as it was.
     assert target.read_text() == "# User\n\n- Likes maps\n"
     assert not (ws / "USER.md").is_symlink()
-    assert "- Drinks green tea" in (ws / "USER.md").read_text()
+    assert "drinks green tea" in (ws / "USER.md").read_text()

@@ -119,8 +119,10 @@ class FileCache:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
 
-    def read(self, path: Path, display: str | None = None) -> FileText:
-        """The text of ``path`` (``display`` names it in notes and warnings)."""
+    def read(self, path: Path, display: str | None = None, *, within: Path) -> FileText:
+        """The text of ``path``, a file inside ``within`` (``display`` names it in notes and
+        warnings). A link that leaves ``within`` is not followed: the file reads as empty,
+        with a warning."""
         display = display or str(path)
         try:
             st = path.stat()
@@ -136,7 +138,8 @@ class FileCache:
             return entry.value
         read_at = self._clock_ns()
         try:
-            raw = read_regular(path)  # a FIFO or a link to /dev/zero is refused, not read
+            # A FIFO, a link to /dev/zero or a link out of the workspace is refused, not read.
+            raw = read_regular(path, within=within)
         except FileNotFoundError:
             self._forget(path)
             return _MISSING
@@ -216,7 +219,7 @@ class WorkspaceFiles:
         """``name`` (a ``/``-separated path) under ``root`` (default: the workspace)."""
         base = root or self.workspace
         display = name if self.project is None else str(base / name)
-        return self.cache.read(base.joinpath(*name.split("/")), display)
+        return self.cache.read(base.joinpath(*name.split("/")), display, within=base)
 
     def bootstrap(self) -> list[tuple[str, str]]:
         """``(filename, text)`` of AGENTS.md, SOUL.md, USER.md worth showing, in that order.

@@ -184,7 +184,9 @@ class SkillsIndex:
         by_name: dict[str, Skill] = {}
         for root, is_builtin in self._roots:
             for skill_dir in self._subdirs(root):
-                skill = self._parse(skill_dir / SKILL_FILE, is_builtin)
+                # a workspace skill may link elsewhere in the workspace, never out of it
+                within = root if is_builtin else self.workspace
+                skill = self._parse(skill_dir / SKILL_FILE, is_builtin, within)
                 if skill is not None:
                     by_name[skill.name] = skill
         result = []
@@ -221,8 +223,8 @@ class SkillsIndex:
         self._dirs[root] = (key, subdirs)
         return subdirs
 
-    def _parse(self, path: Path, is_builtin: bool) -> Skill | None:
-        text = self._files.read(path)
+    def _parse(self, path: Path, is_builtin: bool, within: Path) -> Skill | None:
+        text = self._files.read(path, within=within)
         if not text.exists:
             self._parsed.pop(path, None)
             return None

@@ -49,6 +49,7 @@ from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 from hippobot.providers.metering import usage_job
+from hippobot.safeio import read_regular
 from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
@@ -255,10 +256,7 @@ class Dream:
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
         custom = self.paths.dream_guide
-        try:
-            text = custom.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
+        text = _read(custom, self.workspace).decode("utf-8", "replace")
         if text.strip():
             return text[:_GUIDE_CAP], True
         return load("dream_guide.md"), False
@@ -514,13 +512,7 @@ class Dream:
         return self.config.model_override or self.model.name
 
     def _files(self, root: Path) -> dict[str, str]:
-        out = {}
-        for name in MEMORY_FILES:
-            try:
-                out[name] = (root / name).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                out[name] = ""
-        return out
+        return {name: _read(root / name, root).decode("utf-8", "replace") for name in MEMORY_FILES}
 
     @staticmethod
     def _show(text: str) -> str:
@@ -667,10 +659,7 @@ class Dream:
         for name in MEMORY_FILES:
             src, dst = self.workspace / name, self.staged / name
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.exists():
-                shutil.copyfile(src, dst)
-            else:
-                dst.write_text("", encoding="utf-8")
+            dst.write_bytes(_read(src, self.workspace))  # a link out is staged as empty
         base = self.state / "base"
         shutil.rmtree(base, ignore_errors=True)
         shutil.copytree(self.staged, base)
@@ -719,7 +708,7 @@ class Dream:
             base_path = self.state / "base" / name
             base = base_path.read_text(encoding="utf-8", errors="replace") if base_path.exists() else new
             live_path = self.workspace / name
-            live = live_path.read_text(encoding="utf-8", errors="replace") if live_path.exists() else ""
+            live = _read(live_path, self.workspace).decode("utf-8", "replace")
             if new == base:
                 continue  # Dream did not touch it: leave the live file (and any user edit) alone
             merged = merge3(base, live, new) if live != base else new
@@ -752,14 +741,27 @@ class Dream:
         return tuple(changed), sha
 
 
+def _read(path: Path, within: Path) -> bytes:
+    """A file Dream reads (memory file, guide): b"" when missing or unreadable, and when it is
+    a link out of the workspace or not a regular file (:mod:`hippobot.safeio`): what such a
+    link points at never reaches the model."""
+    try:
+        return read_regular(path, within=within)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        log.warning("Dream does not read %s: %s", path, exc.strerror or exc)
+        return b""
+
+
 def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
     path = dream.paths.dream_guide
     if arg == "init":
-        if path.exists() and path.read_text(encoding="utf-8", errors="replace").strip():
+        if _read(path, dream.workspace).strip():
             return f"{path} already has your guide; edit it directly."
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(load("dream_guide.md"), encoding="utf-8")
+        atomic_write_text(path, load("dream_guide.md"))  # replaces a link, never writes through
         return f"Wrote the default Dream guide to {path}; edit it to change what Dream keeps."
     if arg:
         return "Usage: /dream-prompt (show the guide) or /dream-prompt init (create prompts/dream.md)"

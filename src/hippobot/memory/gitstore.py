@@ -73,6 +73,7 @@ from hippobot.memory.gitdiff import (
 )
 from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
+from hippobot.safeio import open_fd
 from hippobot.workspace import Workspace
 
 __all__ = [
@@ -241,14 +242,18 @@ def _local_offset() -> int:
     return int(offset.total_seconds()) if offset else 0
 
 
-def _read_regular(path: Path) -> bytes | None:
+def _read_regular(path: Path, within: Path) -> bytes | None:
     """The bytes of ``path`` if it is a regular file (not a symlink) of sane size, else None.
 
-    Opened without following a final symlink and without blocking, so a FIFO or a link to
-    ``/dev/zero`` in place of a tracked file can neither hang nor flood a commit.
+    Opened through :mod:`hippobot.safeio` (a folder on the way that is a link out of the
+    workspace ``within`` is not followed) and never when the file itself is a link, so a
+    FIFO or a link to ``/dev/zero`` in place of a tracked file can neither hang nor flood a
+    commit, and a ``skills`` link to someone else's folder brings nothing in.
     """
+    if os.path.islink(path):
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        fd = open_fd(path, within=within)
     except OSError:
         return None
     try:
@@ -345,7 +350,7 @@ class GitStore:
         """The store files as they are on disk now (regular files only), by path."""
         out = {}
         for rel in self._store_files([]):
-            data = _read_regular(self.workspace / rel)
+            data = _read_regular(self.workspace / rel, self.workspace)
             if data is not None:
                 out[rel] = data
         return out
@@ -470,12 +475,13 @@ class GitStore:
         path = self.workspace / GITIGNORE
         if not path.exists():
             return True
-        lines = [ln.strip() for ln in path.read_text("utf-8", "replace").splitlines()]
+        lines = [ln.strip() for ln in (_read_regular(path, self.workspace) or b"").decode(
+            "utf-8", "replace").splitlines()]
         return next((ln for ln in lines if ln and not ln.startswith("#")), None) == "/*"
 
     def _write_ignore(self) -> None:
         path = self.workspace / GITIGNORE
-        existing = path.read_text("utf-8", "surrogateescape") if path.exists() else ""
+        existing = (_read_regular(path, self.workspace) or b"").decode("utf-8", "surrogateescape")
         merged = _merge_ignore(existing, _ignore_lines(self.tracked))
         if merged != existing:
             atomic_write_bytes(path, merged.encode("utf-8", "surrogateescape"))
@@ -506,7 +512,7 @@ class GitStore:
             if not os.path.lexists(path):
                 snap.pop(rel, None)
                 continue
-            data = _read_regular(path)
+            data = _read_regular(path, self.workspace)
             if data is None:  # a symlink, FIFO, device, folder or huge file: not versioned
                 if not path.is_dir() or path.is_symlink():
                     log.warning("not versioning %s: not a regular file of sane size", path)

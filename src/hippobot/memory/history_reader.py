@@ -17,9 +17,11 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from hippobot.errors import StorageError
 from hippobot.memory.history import HistoryEntry, parse_chunk, parse_line
+from hippobot.safeio import LinkOutside, open_regular
 
 __all__ = ["HistoryReader", "StoreStats"]
 
@@ -56,10 +58,12 @@ class _HistoryCache:
 
 
 class HistoryReader:
-    """Reads ``history_path``, counting its reads in ``stats`` (shared with the store)."""
+    """Reads ``history_path`` (a file inside ``within``, the workspace), counting its reads
+    in ``stats`` (shared with the store)."""
 
-    def __init__(self, history_path: Path, stats: StoreStats) -> None:
+    def __init__(self, history_path: Path, stats: StoreStats, *, within: Path) -> None:
         self.history_path = history_path
+        self.within = within
         self.stats = stats
         self._tail_key: tuple[int, int, int] | None = None  # (ino, size, mtime_ns)
         self._tail_cursor = 0
@@ -95,6 +99,14 @@ class HistoryReader:
             )
         return st
 
+    def _open(self) -> BinaryIO:
+        """The file, opened as :mod:`hippobot.safeio` allows: a link out of the workspace is
+        a StorageError naming it, never read."""
+        try:
+            return open_regular(self.history_path, within=self.within)
+        except LinkOutside as exc:
+            raise StorageError(f"{self.history_path}: {exc.strerror}") from None
+
     def last_cursor(self) -> int:
         """Cursor of the last valid entry, re-reading only the tail when the file changed."""
         st = self._stat_history()
@@ -118,7 +130,7 @@ class HistoryReader:
         block = _TAIL_BLOCK
         pos = size
         pending = b""
-        with open(self.history_path, "rb") as fh:
+        with self._open() as fh:
             while pos > 0:
                 step = min(block, pos)
                 pos -= step
@@ -143,7 +155,8 @@ class HistoryReader:
         if cache is None or not self._extend_cache(cache, st):
             self.stats.full_reads += 1
             try:
-                data = self.history_path.read_bytes()
+                with self._open() as fh:
+                    data = fh.read()
             except FileNotFoundError:
                 self._cache = None
                 return []
@@ -157,7 +170,7 @@ class HistoryReader:
             return True
         if st.st_ino != cache.ino or st.st_size <= cache.size:
             return False  # replaced, shrunk or rewritten in place: parse it all again
-        with open(self.history_path, "rb") as fh:
+        with self._open() as fh:
             start = max(0, cache.offset - len(cache.anchor))
             fh.seek(start)
             if fh.read(cache.offset - start) != cache.anchor:

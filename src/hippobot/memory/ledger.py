@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
 
+from hippobot.safeio import read_text
+
 __all__ = [
     "LEDGER_PATH",
     "RevertLedger",
@@ -130,11 +132,12 @@ class RevertLedger:
     """Read access to ``<workspace>/memory/reverted.jsonl`` (restores write it, see gitstore)."""
 
     def __init__(self, workspace: Path) -> None:
-        self.path = Path(workspace) / LEDGER_PATH
+        self.workspace = Path(workspace)
+        self.path = self.workspace / LEDGER_PATH
 
     def read(self) -> list[RevertedLine]:
-        try:
-            return parse(self.path.read_text(encoding="utf-8", errors="replace"))
+        try:  # never through a link out of the workspace
+            return parse(read_text(self.path, within=self.workspace))
         except OSError:
             return []
 

@@ -56,7 +56,7 @@ from hippobot.memory.history import (
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
 from hippobot.redact import redact_exact, redact_secrets
-from hippobot.safeio import NotRegularFile, read_regular
+from hippobot.safeio import LinkOutside, NotRegularFile, open_fd, open_regular, read_regular
 from hippobot.workspace import Workspace
 
 __all__ = [
@@ -80,14 +80,26 @@ _DECIMAL = re.compile(r"\d{1,19}")  # longer (or >= 2**63, see MAX_CURSOR) is ga
 _REDACT_MARGIN = 4096
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, within: Path) -> str:
     try:
-        return read_regular(path).decode("utf-8", errors="replace")
+        return read_regular(path, within=within).decode("utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return ""
     except NotRegularFile:
         logger.warning("%s is a FIFO or device, not a file; treating it as empty", path)
         return ""
+    except LinkOutside as exc:
+        logger.warning("%s is %s; treating it as empty", path, exc.strerror)
+        return ""
+
+
+@contextmanager
+def _unsafe_link_is_storage_error() -> Iterator[None]:
+    """A history or archive file that is a link out of the workspace: one clear line."""
+    try:
+        yield
+    except LinkOutside as exc:
+        raise StorageError(f"{exc.filename}: {exc.strerror}") from None
 
 
 # --- the store --------------------------------------------------------------------------
@@ -132,7 +144,7 @@ class MemoryStore:
         self._clock = clock
         self._mutex = threading.RLock()
         # Caches of history.jsonl (parsed entries, last cursor); used under _mutex.
-        self._history = HistoryReader(self.history_path, self.stats)
+        self._history = HistoryReader(self.history_path, self.stats, within=self.workspace)
         self._warned_truncation = False
         if migrate and not read_only:
             try:
@@ -144,13 +156,13 @@ class MemoryStore:
     # --- durable Markdown files ----------------------------------------------------------
 
     def read_memory(self) -> str:
-        return _read_text(self.memory_path)
+        return _read_text(self.memory_path, self.workspace)
 
     def read_soul(self) -> str:
-        return _read_text(self.soul_path)
+        return _read_text(self.soul_path, self.workspace)
 
     def read_user(self) -> str:
-        return _read_text(self.user_path)
+        return _read_text(self.user_path, self.workspace)
 
     def write_memory(self, text: str) -> None:
         atomic_write_text(self.memory_path, text)
@@ -186,14 +198,13 @@ class MemoryStore:
 
     # --- cursors ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _read_counter(path: Path) -> int | str | None:
+    def _read_counter(self, path: Path) -> int | str | None:
         """The decimal in ``path``; ``None`` when missing; the raw text when it is garbage."""
         try:
-            raw = read_regular(path, 64).decode("utf-8", errors="replace")
+            raw = read_regular(path, 64, within=self.workspace).decode("utf-8", errors="replace")
         except (FileNotFoundError, IsADirectoryError):
             return None
-        except NotRegularFile:
+        except (NotRegularFile, LinkOutside):
             return "(not a regular file)"  # garbage: repaired like any other
         text = raw.strip()
         if _DECIMAL.fullmatch(text) and int(text) <= MAX_CURSOR:
@@ -328,7 +339,9 @@ class MemoryStore:
         data = line.encode("utf-8") + b"\n"
         try:
             self.memory_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.history_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            # never appended through a link out of the workspace (another user's history)
+            fd = open_fd(self.history_path, within=self.workspace,
+                         flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise StorageError(f"could not open {self.history_path}: {exc}") from exc
         size_before: int | None = None
@@ -356,7 +369,7 @@ class MemoryStore:
         self._history.appended(after, cursor)
 
     def _ends_with_newline(self, size: int) -> bool:
-        with open(self.history_path, "rb") as fh:
+        with open_regular(self.history_path, within=self.workspace) as fh:
             fh.seek(size - 1)
             return fh.read(1) == b"\n"
 
@@ -397,7 +410,8 @@ class MemoryStore:
     def read_archive(self) -> list[HistoryEntry]:
         """Entries Dream processed and :meth:`archive_processed` moved out of history.jsonl."""
         try:
-            data = self.archive_path.read_bytes()
+            with _unsafe_link_is_storage_error():
+                data = read_regular(self.archive_path, within=self.workspace)
         except FileNotFoundError:
             return []
         return [e for raw in data.split(b"\n") if (e := parse_line(raw.decode("utf-8", "replace")))]
@@ -405,7 +419,7 @@ class MemoryStore:
     def _archive_last_cursor(self) -> int:
         """The cursor of the archive's last valid line (its tail only is read)."""
         try:
-            with open(self.archive_path, "rb") as fh:
+            with _unsafe_link_is_storage_error(), open_regular(self.archive_path, within=self.workspace) as fh:
                 size = fh.seek(0, os.SEEK_END)
                 block = 4096
                 while True:
@@ -434,7 +448,8 @@ class MemoryStore:
         """
         with self._locked():
             try:
-                data = self.history_path.read_bytes()
+                with _unsafe_link_is_storage_error():
+                    data = read_regular(self.history_path, within=self.workspace)
             except FileNotFoundError:
                 return 0
             dream = self.dream_cursor()
@@ -470,13 +485,14 @@ class MemoryStore:
 
     def _append_archive(self, data: bytes) -> None:
         try:
-            fd = os.open(self.archive_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            fd = open_fd(self.archive_path, within=self.workspace,
+                         flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise StorageError(f"could not open {self.archive_path}: {exc}") from exc
         try:
             st = os.fstat(fd)
             if st.st_size > 0:
-                with open(self.archive_path, "rb") as fh:
+                with open_regular(self.archive_path, within=self.workspace) as fh:
                     fh.seek(st.st_size - 1)
                     if fh.read(1) != b"\n":
                         data = b"\n" + data
@@ -504,7 +520,8 @@ class MemoryStore:
             raise ValueError(f"keep must be >= 0, got {keep}")
         with self._locked():
             try:
-                data = self.history_path.read_bytes()
+                with _unsafe_link_is_storage_error():
+                    data = read_regular(self.history_path, within=self.workspace)
             except FileNotFoundError:
                 return 0
             self.stats.full_reads += 1
@@ -553,7 +570,8 @@ class MemoryStore:
         with self._locked():
             if not self.legacy_history_path.is_file() or self._history_has_content():
                 return 0
-            raw = self.legacy_history_path.read_bytes()
+            with _unsafe_link_is_storage_error():
+                raw = read_regular(self.legacy_history_path, within=self.workspace)
             mtime = datetime.fromtimestamp(self.legacy_history_path.stat().st_mtime)
             entries = split_legacy_history(
                 raw.decode("utf-8", errors="replace"), format_timestamp(mtime)
@@ -586,7 +604,7 @@ class MemoryStore:
         if not self.legacy_history_path.is_file() or self._history_has_content():
             return []
         try:
-            raw = self.legacy_history_path.read_bytes()
+            raw = read_regular(self.legacy_history_path, within=self.workspace)
             mtime = datetime.fromtimestamp(self.legacy_history_path.stat().st_mtime)
         except OSError:
             return []
@@ -594,7 +612,7 @@ class MemoryStore:
 
     def _history_has_content(self) -> bool:
         try:
-            with open(self.history_path, "rb") as fh:
+            with _unsafe_link_is_storage_error(), open_regular(self.history_path, within=self.workspace) as fh:
                 while chunk := fh.read(65536):
                     if chunk.strip():
                         return True

@@ -1,7 +1,10 @@
 """``hippobot import nanobot``: bring a nanobot home (0.2.x or 0.3.x layout) into hippobot's.
 
 nanobot's files are only ever read (``open(..., "rb")``, directory listings, file copies);
-nothing there is written, renamed or locked, so nanobot keeps working on them.
+nothing there is written, renamed or locked, so nanobot keeps working on them. They are read
+through :mod:`hippobot.safeio`: a symbolic link that leads out of nanobot's home (or its
+workspace) is skipped and reported, so a link planted there cannot pull hippobot's own
+config or keys, or anyone else's files, into the workspace.
 
 What is brought, and how a second run adds only what is new:
 
@@ -40,6 +43,7 @@ from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_key
 from hippobot.config.loader import load_config, strip_json_comments
 from hippobot.config.schema import Config
 from hippobot.errors import ConfigError, UserError
+from hippobot.safeio import LinkOutside, open_fd, read_regular
 from hippobot.session.legacy import MIGRATED_FROM, header_key, read_legacy, source_stamp
 from hippobot.session.store import JsonlSessionStore
 
@@ -227,10 +231,26 @@ def _write_bytes(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def _copy_file(src: Path, dst: Path, label: str, report: ImportReport) -> None:
-    data = src.read_bytes()
+def _theirs(src: Path, within: Path, label: str, report: ImportReport) -> bytes | None:
+    """nanobot's file ``src`` (inside ``within``); None, reported, if it is a link out."""
+    try:
+        return read_regular(src, within=within)
+    except LinkOutside as exc:
+        report.skipped.append(f"{label} ({exc.strerror})")
+        return None
+
+
+def _ours(dst: Path, workspace: Path) -> bytes:
+    return read_regular(dst, within=workspace)
+
+
+def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within: Path,
+               workspace: Path) -> None:
+    data = _theirs(src, within, label, report)
+    if data is None:
+        return
     if dst.exists():
-        here = dst.read_bytes()
+        here = _ours(dst, workspace)
         if here == data:
             return
         if label not in _TEMPLATES or here != _template_bytes(label):
@@ -240,19 +260,23 @@ def _copy_file(src: Path, dst: Path, label: str, report: ImportReport) -> None:
     report.brought.append(label)
 
 
-def _import_history(src: Path, dst: Path, report: ImportReport) -> None:
+def _import_history(src: Path, dst: Path, report: ImportReport, *, within: Path,
+                    workspace: Path) -> None:
     label = "memory/history.jsonl"
-    data = src.read_bytes()
+    data = _theirs(src, within, label, report)
+    if data is None:
+        return
     if not dst.exists():
         _write_bytes(dst, data)
         report.brought.append(f"{label} ({_lines(data)} entries)")
         return
-    here = dst.read_bytes()
+    here = _ours(dst, workspace)
     if here == data:
         return
     if data.startswith(here) and (not here or here.endswith(b"\n")):
         tail = data[len(here):]
-        with dst.open("ab") as handle:
+        fd = open_fd(dst, within=workspace, flags=os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(fd, "ab") as handle:
             handle.write(tail)
         report.brought.append(f"{label} (+{_lines(tail)} new entries)")
         return
@@ -263,36 +287,39 @@ def _lines(data: bytes) -> int:
     return sum(1 for line in data.split(b"\n") if line.strip())
 
 
-def _import_cursor(src: Path, dst: Path, label: str, report: ImportReport) -> None:
-    def value(path: Path) -> int | None:
+def _import_cursor(src: Path, dst: Path, label: str, report: ImportReport, *, within: Path,
+                   workspace: Path) -> None:
+    def value(path: Path, root: Path) -> int | None:
         try:
-            return int(path.read_text(encoding="utf-8").strip())
+            return int(read_regular(path, 64, within=root).decode("utf-8").strip())
         except (OSError, ValueError):
             return None
 
-    theirs, ours = value(src), value(dst)
+    theirs, ours = value(src, within), value(dst, workspace)
     if theirs is None or (ours is not None and ours >= theirs):
         return
-    _write_bytes(dst, src.read_bytes())
+    _write_bytes(dst, str(theirs).encode("ascii"))
     report.brought.append(f"{label} ({theirs})")
 
 
 def _import_workspace_files(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
     src_ws = home.workspace
+    roots = {"within": src_ws, "workspace": workspace}
     for rel in WORKSPACE_FILES:
         if (src_ws / rel).is_file():
-            _copy_file(src_ws / rel, workspace / rel, rel, report)
+            _copy_file(src_ws / rel, workspace / rel, rel, report, **roots)
     skills = src_ws / "skills"
     if skills.is_dir():
         for path in sorted(skills.rglob("*")):
             if path.is_file() and not path.is_symlink():
                 rel = path.relative_to(src_ws).as_posix()
-                _copy_file(path, workspace / rel, rel, report)
+                _copy_file(path, workspace / rel, rel, report, **roots)
     if (src_ws / "memory" / "history.jsonl").is_file():
-        _import_history(src_ws / "memory" / "history.jsonl", workspace / "memory" / "history.jsonl", report)
+        _import_history(src_ws / "memory" / "history.jsonl", workspace / "memory" / "history.jsonl",
+                        report, **roots)
     for rel in CURSOR_FILES:
         if (src_ws / rel).is_file():
-            _import_cursor(src_ws / rel, workspace / rel, rel, report)
+            _import_cursor(src_ws / rel, workspace / rel, rel, report, **roots)
     for rel, why in NOT_USED.items():
         if (src_ws / rel).exists():
             report.skipped.append(f"{rel} ({why})")
@@ -396,7 +423,7 @@ def _session_files(home: NanobotHome, report: ImportReport) -> dict[str, Path]:
     legacy_dir = home.workspace / "sessions"
     if legacy_dir.is_dir():
         for path in sorted(legacy_dir.glob("*.jsonl")):
-            key = header_key(path) if path.is_file() else None
+            key = header_key(path, within=home.workspace) if path.is_file() else None
             if key:
                 found[key] = path
     namespaces = _namespaces(home.root / "sessions")
@@ -411,7 +438,7 @@ def _session_files(home: NanobotHome, report: ImportReport) -> dict[str, Path]:
         if mine is not None:
             for path in sorted(mine.glob("*.jsonl")):
                 if path.is_file():
-                    key = header_key(path) or _key_from_stem(path.stem)
+                    key = header_key(path, within=home.root) or _key_from_stem(path.stem)
                     if key:
                         found[key] = path
     return found
@@ -443,7 +470,12 @@ def _import_sessions(home: NanobotHome, workspace: Path, report: ImportReport) -
     for key, path in sorted(files.items()):
         if key.startswith(INTERNAL_PREFIXES):
             continue
-        theirs = read_legacy(path, key)
+        within = home.workspace if path.is_relative_to(home.workspace) else home.root
+        try:
+            theirs = read_legacy(path, key, within=within)
+        except LinkOutside as exc:
+            report.skipped.append(f"session {key} ({exc.strerror})")
+            continue
         ours = store.load(key)
         if ours is None:
             theirs.updated_at = theirs.updated_at or theirs.created_at

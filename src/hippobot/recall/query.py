@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from hippobot.errors import UserError
+from hippobot.safeio import read_text
 
 __all__ = [
     "FTS_TABLES",
@@ -547,7 +548,7 @@ def _get_lines(conn: sqlite3.Connection, workspace: Path, rel: str, line: int, a
     if known is None:
         raise RecallError(f"{rel} is not an indexed memory file")
     try:
-        lines = (workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_text(workspace / rel, within=workspace).splitlines()  # never via a link out
     except OSError as exc:
         raise RecallError(f"cannot read {rel}: {exc.strerror}") from exc
     if not 1 <= line <= len(lines):

@@ -29,6 +29,7 @@ from typing import Any
 
 from hippobot.memory.history import parse_line
 from hippobot.messages import public_text
+from hippobot.safeio import open_fd
 from hippobot.session.records import decode
 
 from .boilerplate import is_heading
@@ -403,9 +404,12 @@ def fallback_session_key(rel: str) -> str:
     return ":".join(parts)
 
 
-def open_source(path: str) -> int:
-    """A read-only file descriptor for ``path`` (binary mode where that is a flag)."""
-    return os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+def open_source(sf: SourceFile) -> int:
+    """A read-only file descriptor for ``sf``, opened through :mod:`hippobot.safeio`: never
+    through a link out of the workspace (the scanner skips links to files, but a folder on
+    the way may have been replaced by one since), never a FIFO or device."""
+    root = sf.path[: len(sf.path) - len(sf.rel) - 1]  # the workspace the scanner listed
+    return open_fd(sf.path, within=root, flags=os.O_RDONLY | getattr(os, "O_BINARY", 0))
 
 
 def pread(fd: int, n: int, offset: int) -> bytes:

@@ -61,7 +61,7 @@ class IndexWriter:
         it gone and drops it.
         """
         try:
-            fd = open_source(sf.path)
+            fd = open_source(sf)
         except OSError:
             return state
         try:

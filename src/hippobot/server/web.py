@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from hippobot.safeio import read_text
+
 if TYPE_CHECKING:
     from hippobot.agent.api import Api
     from hippobot.memory.history import HistoryEntry
@@ -164,7 +166,7 @@ def _section_of(workspace: Path, rel: str, line: int, cache: dict[str, list[str]
     """The Markdown heading above ``line`` (1-based) of a memory file, if any."""
     if rel not in cache:
         try:
-            cache[rel] = (workspace / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+            cache[rel] = read_text(workspace / rel, within=workspace).splitlines()  # no link out
         except OSError:
             cache[rel] = []
     for text in reversed(cache[rel][:line]):

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hippobot.safeio import open_regular, read_regular
 from hippobot.session.model import ArchivedSummary, Session, SessionUsage, is_message
 
 __all__ = [
@@ -53,10 +54,11 @@ def _aware_iso(value: object) -> str | None:
         return None
 
 
-def header_key(path: Path) -> str | None:
-    """The key in a legacy file's metadata line, or ``None`` if it is not one."""
+def header_key(path: Path, *, within: Path) -> str | None:
+    """The key in a legacy file's metadata line, or ``None`` if it is not one (or is a link
+    out of ``within``)."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, within=within) as handle:
             line = handle.readline(_FIRST_LINE_LIMIT)
         record = json.loads(line)
     except (OSError, ValueError, RecursionError):
@@ -99,7 +101,7 @@ class LegacyIndex:
         for path in sorted(self._dir.glob("*.jsonl")):
             if not path.is_file() or path.is_symlink():
                 continue
-            key = header_key(path)
+            key = header_key(path, within=self._dir.parent)  # the workspace
             if key is None:
                 continue
             try:
@@ -126,9 +128,10 @@ def _split_metadata(
     return metadata, summary, usage
 
 
-def read_legacy(path: Path, key: str) -> Session:
-    """Parse a legacy file into a Session. Unreadable lines are skipped (the old file is kept)."""
-    data = path.read_bytes()
+def read_legacy(path: Path, key: str, *, within: Path) -> Session:
+    """Parse a legacy file (inside ``within``) into a Session. Unreadable lines are skipped
+    (the old file is kept)."""
+    data = read_regular(path, within=within)
     header: dict[str, Any] = {}
     messages = []
     skipped = 0

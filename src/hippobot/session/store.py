@@ -33,7 +33,7 @@ from hippobot.atomic import atomic_write_bytes
 from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
-from hippobot.safeio import open_regular, read_regular
+from hippobot.safeio import open_fd, open_regular, read_regular
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
 from hippobot.session.model import Session, normalise_offset, now_iso
@@ -250,12 +250,14 @@ class JsonlSessionStore:
                 return None
             with _storage_errors(legacy, "read"):
                 try:
-                    return read_legacy(legacy, key)
+                    return read_legacy(legacy, key, within=self.workspace)
                 except FileNotFoundError:
                     return None
         with self._locked(key, reading=True), _storage_errors(path, "read"):
             try:
-                handle = open_regular(path)  # a FIFO or device: an error, never a hang
+                # a FIFO or device: an error, never a hang; a link out of the workspace (to
+                # another user's session, say) is an error too, never read
+                handle = open_regular(path, within=self.workspace)
             except FileNotFoundError:
                 return None
             with handle:
@@ -292,7 +294,7 @@ class JsonlSessionStore:
         path = self.path_for(session.key)
         tracked = self._get_tracked(session)
         try:
-            handle = open_regular(path)
+            handle = open_regular(path, within=self.workspace)
         except FileNotFoundError:
             if tracked is not None:
                 # We had read this session from its file and the file is gone: it was
@@ -367,10 +369,15 @@ class JsonlSessionStore:
             return
         target = self._corrupt_path(path)
         try:
-            known = set(target.read_bytes().split(b"\n")) if target.exists() else set()
+            known = (
+                set(read_regular(target, within=self.workspace).split(b"\n"))
+                if target.exists() else set()
+            )
             fresh = list(dict.fromkeys(line for line in lines if line not in known))
             if fresh:
-                with target.open("ab") as handle:
+                fd = open_fd(target, within=self.workspace,
+                             flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                with os.fdopen(fd, "ab") as handle:
                     handle.write(b"".join(line + b"\n" for line in fresh))
         except OSError as exc:
             logger.warning("%s: %d unreadable line(s) skipped; could not copy them to %s: %s",
@@ -403,7 +410,8 @@ class JsonlSessionStore:
         """One ``os.write`` at the end of the file; an empty file gets the whole session."""
         path = self.path_for(session.key)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_BINARY", 0))
+            # never appended through a link out of the workspace (another user's session)
+            fd = open_fd(path, within=self.workspace, flags=os.O_RDWR | os.O_APPEND)
         except FileNotFoundError:
             # A new session's file appears whole (written aside, then renamed into place):
             # created empty and then killed, it would be a session file without a header.
@@ -472,9 +480,9 @@ class JsonlSessionStore:
         try:
             stat = path.stat()
             if legacy:
-                session = read_legacy(path, key)
+                session = read_legacy(path, key, within=self.workspace)
             else:
-                parsed = parse(read_regular(path), at_start=True)
+                parsed = parse(read_regular(path, within=self.workspace), at_start=True)
                 created = (parsed.header or {}).get("created_at")
                 fallback = _mtime_iso(stat.st_mtime)
                 session = Session(
@@ -485,8 +493,10 @@ class JsonlSessionStore:
                 )
                 if parsed.meta:
                     apply_meta(session, parsed.meta)
-        except OSError:
-            return None  # removed while listing
+        except OSError as exc:
+            if not isinstance(exc, FileNotFoundError):
+                logger.warning("%s: not listed: %s", path, exc.strerror or exc)
+            return None  # removed while listing, or a link out of the workspace
         # After /new the listing describes the fresh conversation, as the user sees it.
         fresh = session.metadata.get("fresh_start", 0)
         current = session.messages[fresh:] if isinstance(fresh, int) and fresh > 0 else session.messages
@@ -511,7 +521,7 @@ class JsonlSessionStore:
             if key in infos:
                 ours = infos[key].path
                 if ours is not None:
-                    meta = parse(ours.read_bytes(), at_start=True).meta or {}
+                    meta = parse(read_regular(ours, within=self.workspace), at_start=True).meta or {}
                     metadata = meta.get("metadata")
                     warn_if_shadowed(
                         key, path, metadata if isinstance(metadata, dict) else {}, ours
