@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,71 @@ def test_the_sandbox_setting_is_validated(tmp_path):
     assert "sandbox" in str(err.value)
 
 
+
+
+def _escape_attempts(home, ws, outside) -> list[str]:
+    """What a command running as root in the sandbox would try, to get out of it."""
+    return [
+        "grep CapEff /proc/self/status",
+        f"umount -l {home} ; cat {home}/config.json",
+        f"umount -l {ws}/.git ; echo '[filter \"x\"]' >> {ws}/.git/config ; echo tried",
+        f"mount -o remount,rw / ; touch {outside}/pwned ; echo tried",
+        f"mount --bind / /tmp ; cat /tmp{home}/config.json ; echo tried",
+        f"unshare -rm sh -c 'umount -l {home}; cat {home}/config.json' ; echo tried",
+    ]
+
+
+@needs_bwrap
+async def test_the_sandbox_drops_every_capability_even_as_root(make_agent, scripted_model, tmp_path):
+    agent = make_agent(exec={"sandbox": "bwrap"})
+    ws, home = agent.workspace, agent.settings.home
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    git_config = (ws / ".git" / "config").read_bytes()
+    attempts = _escape_attempts(home, ws, outside)
+    scripted_model.reply_tool_calls([("exec", {"command": c}) for c in attempts])
+    scripted_model.reply("Stayed inside.")
+    await agent.turn(KEY, "get out")
+    results = tool_results(agent)
+    assert "CapEff:\t0000000000000000" in results[0], results[0]
+    for command, text in zip(attempts, results, strict=True):
+        assert API_KEY not in text, f"{command!r} leaked the key: {text[:300]}"
+    assert (ws / ".git" / "config").read_bytes() == git_config
+    assert not (outside / "pwned").exists()
+
+
+@needs_bwrap
+def test_the_sandbox_drops_every_capability_as_a_normal_user(tmp_path):
+    """The same, with bubblewrap started by an unprivileged user (nobody, uid 65534)."""
+    import asyncio
+    import subprocess
+    import tempfile
+
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run the sandbox as another, unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="hippobot-nobody-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        home, outside = base / "home", base / "outside"
+        ws = home / "workspace"
+        for folder in (home, ws, ws / ".git", outside):
+            folder.mkdir(parents=True)
+        ws.chmod(0o777)
+        (home / "config.json").write_text(json.dumps({"providers": {"custom": {"apiKey": API_KEY}}}))
+        box = Sandbox("bwrap", writable=[ws], hidden=[home])
+        env = {"PATH": "/usr/bin:/bin"}
+        prefix = asyncio.run(box.prefix(ws, env))
+        nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        works = subprocess.run([*nobody, *prefix, "true"], env=env, capture_output=True, cwd=ws)
+        if works.returncode != 0:
+            pytest.skip(f"bubblewrap does not work for an unprivileged user here: {works.stderr!r}")
+        results = [
+            subprocess.run([*nobody, *prefix, "sh", "-c", c], env=env, capture_output=True,
+                           text=True, cwd=ws, timeout=30).stdout
+            for c in _escape_attempts(home, ws, outside)
+        ]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert "CapEff:\t0000000000000000" in results[0], results[0]
+    assert not any(API_KEY in text for text in results), results

@@ -180,6 +180,11 @@ class Agent:
         )
         self._window_checked = False
         self._semantic_warned: str | None = None
+        # Set by a server with several users before the first turn: the folders this agent's
+        # tools never see besides hippobot's home (the other people's workspaces), and
+        # whether its model gets exec at all (not without a sandbox, unless allowed).
+        self.private_paths: tuple[Path, ...] = ()
+        self.exec_enabled = True
 
     # --- collaborators created on first use (keeps start-up fast) ---------------------
 
@@ -287,6 +292,8 @@ class Agent:
                 # the versioned store (and git) is loaded only when a file is written
                 store_path=lambda rel: self.git.is_store_path(rel),
                 session_key=key,
+                private=self.private_paths,
+                exec_enabled=self.exec_enabled,
             )
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
@@ -294,6 +301,14 @@ class Agent:
         else:
             self._registries.move_to_end(key)
         return registry
+
+    async def sandbox_problem(self) -> str | None:
+        """Why ``exec`` would run without a sandbox here (None: it runs in one)."""
+        from hippobot.tools.sandbox import Sandbox
+
+        return await Sandbox(self.settings.config.tools.exec.sandbox).unavailable_reason(
+            self.settings.env
+        )
 
     def user_message(self, key: str, text: str, media: Sequence[str] = ()) -> Message:
         channel, chat = split_key(key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,10 +50,16 @@ def build_registry(
     recall: RecallIndex,
     store_path: Callable[[str], bool],
     session_key: str,
+    private: Sequence[Path] = (),
+    exec_enabled: bool = True,
 ) -> ToolRegistry:
-    """``store_path(rel)``: whether the memory history versions that workspace path
-    (``GitStore.is_store_path``; asked only when a file is written)."""
+    """The tools of one session. ``store_path(rel)``: whether the memory history versions
+    that workspace path (``GitStore.is_store_path``; asked only when a file is written).
+    ``private`` folders (other people's workspaces on a shared server) are hidden from the
+    file tools and from ``exec``'s sandbox, like hippobot's home; without ``exec_enabled``
+    the model gets no ``exec``."""
     root = project or workspace.root
+    hidden = (settings.home, *private)  # config.json and its keys, other workspaces
     # With a project selected, file tools work in the project; the agent workspace stays
     # reachable so the model can still update memory/MEMORY.md when asked to remember.
     extra = (workspace.root,) if project else ()
@@ -64,26 +70,23 @@ def build_registry(
         extra_roots=extra,
         read_only_roots=(builtin_skills_dir(),),  # the model may read built-in skills
         restrict=settings.config.tools.restrict_to_workspace,
-        hidden_roots=(settings.home,),  # config.json and its keys, even when unrestricted
+        hidden_roots=hidden,  # even when unrestricted
     )
     registry = ToolRegistry()
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
     redact = _memory_redactor(tuple(settings.secrets()), workspace, store_path)
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
-    registry.register(
-        exec_tool(
-            cwd=root,
-            timeout=settings.config.tools.exec.timeout,
-            max_output_chars=settings.config.tools.exec.max_output_chars,
-            env=settings.env,
-            sandbox=Sandbox(
-                settings.config.tools.exec.sandbox,
-                writable=(root, *extra),
-                hidden=(settings.home,),  # config.json, keys, other workspaces
-            ),
+    if exec_enabled:
+        registry.register(
+            exec_tool(
+                cwd=root,
+                timeout=settings.config.tools.exec.timeout,
+                max_output_chars=settings.config.tools.exec.max_output_chars,
+                env=settings.env,
+                sandbox=Sandbox(settings.config.tools.exec.sandbox, writable=(root, *extra), hidden=hidden),
+            )
         )
-    )
     from hippobot.recall.tools import recall_tools
 
     registry.extend(

@@ -182,6 +182,9 @@ class ServeConfig(_Model):
     """Open connections at most (also kept below the process's file descriptor limit)."""
     header_timeout: float = Field(10.0, gt=0)
     """Seconds a connection may take to send a request's headers before it is closed."""
+    allow_unsandboxed_exec: bool = False
+    """Give ``serve.users`` the ``exec`` tool even where no sandbox works (their commands
+    could then read every workspace and the keys); off: no ``exec`` for them there."""
     users: dict[str, ServeUserConfig] = Field(default_factory=dict)
     """People with workspaces of their own: ``{"alice": {"apiKey": "..."}}``."""
     trust_user_header: str | None = None

@@ -320,6 +320,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         start(agent)
         users.on_new_agent = start
+        if users.serves_others:
+            await users.user_exec()  # says once, at start, when users get no exec
         for name in users.configured:  # their Dream schedules run from the start
             await users.agent(name)
         app.state.schedulers = schedulers

@@ -14,6 +14,14 @@ A header value is a user's name or one of their ``aliases``; any other value tha
 plain name (letters, digits, ``._@+-``) gets a workspace of its own under
 ``<home>/users/<value>``, so a proxy's users need not be listed one by one. Agents are
 created on first use; workspaces are initialised like ``hippobot onboard`` does.
+
+What each agent's tools can reach: its own workspace only. The other configured workspaces
+(and the owner's) are hidden from its file tools and from its ``exec`` sandbox, like
+hippobot's home (which holds the keys and the ``users/`` workspaces); the owner's agent
+does not see the users' workspaces either. Where no sandbox works, the users' agents get no
+``exec`` at all (their commands would run as the server's user, able to read every
+workspace and ``config.json``), and the start-up log says so once, unless
+``serve.allowUnsandboxedExec`` is true.
 """
 
 from __future__ import annotations
@@ -118,6 +126,35 @@ class Users:
         self._apis: dict[str, Api] = {}
         self._creating: dict[str, asyncio.Task[Agent]] = {}
         self.on_new_agent: Callable[[Agent], None] | None = None
+        self._allow_unsandboxed = serve.allow_unsandboxed_exec
+        self._user_exec: bool | None = None
+        owner.private_paths = tuple(self._workspaces.values())
+
+    @property
+    def serves_others(self) -> bool:
+        """True when people other than the owner can have agents here."""
+        return bool(self._workspaces) or bool(self.trust_header and self.owner_key)
+
+    async def user_exec(self) -> bool:
+        """Whether the users' agents get ``exec`` (decided once; the first call logs why not)."""
+        if self._user_exec is None:
+            reason = await self.owner.sandbox_problem()
+            self._user_exec = reason is None or self._allow_unsandboxed
+            if reason is not None and self._allow_unsandboxed:
+                log.warning("exec runs WITHOUT a sandbox for the users of serve.users (%s); "
+                            "serve.allowUnsandboxedExec is true, so their commands can read "
+                            "every workspace and config.json", reason)
+            elif reason is not None:
+                log.warning("exec is off for the users of serve.users: %s, and without a "
+                            "sandbox their commands could read every workspace and "
+                            "config.json (set serve.allowUnsandboxedExec to true to allow "
+                            "it anyway)", reason)
+        return self._user_exec
+
+    def _private_for(self, workspace: Path) -> tuple[Path, ...]:
+        """Every other workspace the server knows of (the owner's and the configured ones)."""
+        spaces = [self.owner.workspace.resolve(), *self._workspaces.values()]
+        return tuple(ws for ws in spaces if ws != workspace.resolve())
 
     # --- who is asking ----------------------------------------------------------------
 
@@ -200,6 +237,8 @@ class Users:
         self._check_separate(name, workspace)
         await asyncio.to_thread(_initialise, workspace)
         agent = self._make(workspace)
+        agent.private_paths = self._private_for(workspace)
+        agent.exec_enabled = await self.user_exec()
         self._agents[name] = agent
         log.info("serving user %s from %s", name, workspace)
         if self.on_new_agent is not None:

@@ -11,13 +11,19 @@ namespaces allowed), a command sees:
 * only its own processes (a new PID namespace): no ``/proc/<hippobot>/environ``, no
   signals to anything outside, and when the command ends or is killed, every process it
   started ends with it (``setsid`` or ``nohup`` cannot escape);
+* no capabilities at all (``--cap-drop ALL``) in a user namespace of its own where the
+  system allows one (``--unshare-user``, and ``--disable-userns`` where bubblewrap has it, so
+  the command cannot make a namespace with capabilities of its own either): even as root
+  (many Docker setups), a command cannot unmount what hides hippobot's home, lift the
+  read-only binds or remount ``/`` writable;
 * the network, unchanged; and the scrubbed environment the caller passes.
 
 Without one, the command runs as hippobot's user with the same scrubbed environment and
 can read and write whatever that user can; :class:`Sandbox` then says so once, in a log
 warning. ``mode`` is the config value ``tools.exec.sandbox``: ``"auto"`` (sandbox if it
 works, else the warning), ``"bwrap"`` (refuse to run commands without it) or ``"none"``.
-Whether bubblewrap works is probed once per process by running ``true`` in it.
+Whether bubblewrap works, and which of those hardening options it accepts, is probed once
+per process by starting a sandbox that reports its effective capabilities (they must be 0).
 """
 
 from __future__ import annotations
@@ -42,8 +48,19 @@ SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[str, ...] = ("auto", "bwrap", "none")
 READ_ONLY_INSIDE = (".git", ".hippobot")
 _PROBE_TIMEOUT = 10.0
-_probed: dict[str, str | None] = {}  # bwrap path -> None (works) or why not
+# The strongest first: a user namespace in which the command may not make another, then a
+# user namespace alone (bubblewrap before 0.8), then none (setuid bubblewrap, user
+# namespaces switched off). Capabilities are dropped in every variant.
+HARDENING: tuple[tuple[str, ...], ...] = (
+    ("--unshare-user", "--disable-userns"),
+    ("--unshare-user",),
+    (),
+)
+_CAPS_DROPPED = ("--cap-drop", "ALL")
+# bwrap path -> (None, the hardening that works) or (why not, ())
+_probed: dict[str, tuple[str | None, tuple[str, ...]]] = {}
 _warned: set[str] = set()
+_REPORT_CAPS = 'while read -r k v; do [ "$k" = CapEff: ] && echo "$v"; done < /proc/self/status; exit 0'
 
 
 def bwrap_args(
@@ -52,30 +69,39 @@ def bwrap_args(
     writable: Sequence[Path],
     hidden: Sequence[Path],
     cwd: Path,
+    hardening: Sequence[str] = HARDENING[0],
 ) -> list[str]:
-    """The bubblewrap command line (up to and including ``--``) for the layout above."""
+    """The bubblewrap command line (up to and including ``--``) for the layout above.
+
+    ``hidden`` folders become empty; one that lies inside a writable root is hidden after
+    that root is bound, so binding the workspace cannot show it again."""
     args = [
         bwrap,
         "--die-with-parent",
         "--new-session",
         "--unshare-all",
+        *hardening,
         "--share-net",
+        *_CAPS_DROPPED,
         "--ro-bind", "/", "/",
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
     ]  # fmt: skip
-    for path in hidden:
-        if path.is_dir() and path != Path("/"):
+    roots = [root for root in writable if root.is_dir()]
+    covered = [p for p in hidden if p.is_dir() and p != Path("/") and p not in roots]
+    inside = [p for p in covered if any(p.is_relative_to(r) for r in roots)]
+    for path in covered:
+        if path not in inside:
             args += ["--tmpfs", str(path)]
-    for root in writable:
-        if not root.is_dir():
-            continue
+    for root in roots:
         args += ["--bind", str(root), str(root)]
         for name in READ_ONLY_INSIDE:
             inner = root / name
             if inner.exists() and not inner.is_symlink():
                 args += ["--ro-bind", str(inner), str(inner)]
+    for path in inside:
+        args += ["--tmpfs", str(path)]
     args += ["--chdir", str(cwd), "--"]
     return args
 
@@ -103,12 +129,14 @@ class Sandbox:
         if self.mode == "none":
             return []
         binary = self.bwrap or _find_bwrap(env)
-        reason = "bubblewrap (bwrap) is not installed" if binary is None else None
+        reason: str | None = "bubblewrap (bwrap) is not installed"
+        hardening: tuple[str, ...] = ()
         if binary is not None:
-            reason = await _probe(binary, env)
+            reason, hardening = await _probe(binary, env)
         if reason is None and binary is not None:
             return bwrap_args(
-                binary, writable=self.writable, hidden=self.hidden, cwd=Path(cwd).resolve()
+                binary, writable=self.writable, hidden=self.hidden, cwd=Path(cwd).resolve(),
+                hardening=hardening,
             )
         if self.mode == "bwrap":
             raise ToolError(
@@ -121,7 +149,16 @@ class Sandbox:
     async def available(self, env: Mapping[str, str]) -> bool:
         """True when commands would run sandboxed."""
         binary = self.bwrap or _find_bwrap(env)
-        return self.mode != "none" and binary is not None and await _probe(binary, env) is None
+        return self.mode != "none" and binary is not None and (await _probe(binary, env))[0] is None
+
+    async def unavailable_reason(self, env: Mapping[str, str]) -> str | None:
+        """Why commands would run without a sandbox (None: they would run in one)."""
+        if self.mode == "none":
+            return 'tools.exec.sandbox is "none"'
+        binary = self.bwrap or _find_bwrap(env)
+        if binary is None:
+            return "bubblewrap (bwrap) is not installed"
+        return (await _probe(binary, env))[0]
 
 
 def _find_bwrap(env: Mapping[str, str]) -> str | None:
@@ -131,33 +168,45 @@ def _find_bwrap(env: Mapping[str, str]) -> str | None:
     return shutil.which("bwrap", path=path) or shutil.which("bwrap", path="/usr/bin:/bin")
 
 
-async def _probe(binary: str, env: Mapping[str, str]) -> str | None:
-    """None when ``bwrap`` can start a sandbox here, else one line saying why not."""
+async def _probe(binary: str, env: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
+    """(None, the hardening options that work) when ``bwrap`` can start a sandbox without
+    capabilities here, else (one line saying why not, ())."""
     if binary in _probed:
         return _probed[binary]
+    reason: str | None = None
+    for hardening in HARDENING:
+        reason = await _try(binary, env, hardening)
+        if reason is None:
+            _probed[binary] = (None, hardening)
+            return _probed[binary]
+    _probed[binary] = (reason, ())
+    return _probed[binary]
+
+
+async def _try(binary: str, env: Mapping[str, str], hardening: tuple[str, ...]) -> str | None:
     here = Path.cwd()
-    argv = [*bwrap_args(binary, writable=(), hidden=(), cwd=Path("/")), "true"]
+    shell = shutil.which("sh", path=env.get("PATH") or os.defpath) or "/bin/sh"
+    argv = [*bwrap_args(binary, writable=(), hidden=(), cwd=Path("/"), hardening=hardening),
+            shell, "-c", _REPORT_CAPS]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=dict(env),
             cwd=here if here.is_dir() else "/",
         )
-        _, err = await asyncio.wait_for(proc.communicate(), _PROBE_TIMEOUT)
+        out, err = await asyncio.wait_for(proc.communicate(), _PROBE_TIMEOUT)
     except (OSError, TimeoutError) as exc:
-        reason: str | None = f"bubblewrap could not start ({exc})"
-    else:
+        return f"bubblewrap could not start ({exc})"
+    if proc.returncode != 0:
         detail = err.decode("utf-8", "replace").strip().splitlines()
-        reason = (
-            None
-            if proc.returncode == 0
-            else f"bubblewrap cannot create a sandbox here ({detail[-1] if detail else proc.returncode})"
-        )
-    _probed[binary] = reason
-    return reason
+        return f"bubblewrap cannot create a sandbox here ({detail[-1] if detail else proc.returncode})"
+    caps = out.decode("ascii", "replace").strip()
+    if caps.strip("0"):
+        return f"bubblewrap left the sandbox with capabilities (CapEff {caps})"
+    return None
 
 
 def _warn_once(reason: str) -> None:
