@@ -105,6 +105,10 @@ ESCAPES = [
     # Orphaned: its parent subshell already exited, so it is nobody's descendant.
     "(setsid sleep {n} &); sleep 30",
     "(nohup setsid sleep {n} > /dev/null 2>&1 &); sleep 30",
+    # The same with the environment cleared, so no tag can find them: only the tree can.
+    "env -i setsid sleep {n} & sleep 30",
+    "(env -i setsid sleep {n} &); sleep 30",
+    "(env -i sh -c '(setsid sleep {n} &)' &); sleep 30",  # a daemon's double fork
 ]
 
 

@@ -3,10 +3,17 @@
 Invariants:
 
 * The command runs in a new session (its own process group) with stdin from /dev/null, so
-  it cannot read the user's terminal, and a timeout or a cancelled turn kills the *whole*
-  group (SIGTERM, then SIGKILL), children and background jobs included. Processes that
-  left the group (``setsid``, ``nohup ... &`` under a subshell) are found by a tag in their
-  environment and killed too; in a sandbox, the PID namespace ends them all anyway.
+  it cannot read the user's terminal. On Linux its shell is a *child subreaper*: a process
+  the command starts stays its descendant even after leaving the group (``setsid``) and
+  being orphaned (``(cmd &)``, ``nohup``, a daemon's double fork), whatever environment it
+  clears. A timeout or a cancelled turn stops the shell (so nothing can be orphaned past
+  it), sends SIGTERM to every descendant, and after a grace period SIGKILL to whatever is
+  left, then kills the shell. Processes that carry the run's tag in their environment are
+  killed too (the net elsewhere); in a sandbox, the PID namespace ends them all anyway. The
+  tool result says "killed" only when nothing the command started is still running, and
+  otherwise names what survived. A process handed to another service (``at``,
+  ``systemd-run``, an already running ``tmux``) is not the command's descendant and is not
+  seen.
 * With a :class:`~hippobot.tools.sandbox.Sandbox`, the shell runs inside bubblewrap:
   workspace writable, everything else read-only, hippobot's home and processes out of
   sight (see that module).
@@ -23,12 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import shutil
 import signal
+import sys
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -335,6 +345,7 @@ async def _run(
             *prefix, _shell(env), "-c", command,
             stdin=asyncio.subprocess.DEVNULL, stdout=out_w, stderr=err_w,
             cwd=cwd, env={**env, RUN_TAG: tag}, start_new_session=True,
+            preexec_fn=_subreaper(),
         )  # fmt: skip
     except OSError as exc:
         os.close(out_r)
@@ -348,6 +359,7 @@ async def _run(
     pipes = [(os.fdopen(out_r, "rb", 0), out_p), (os.fdopen(err_r, "rb", 0), err_p)]
     transports: list[asyncio.ReadTransport] = []
     timed_out = lingering = False
+    survivors: dict[int, str] = {}
     try:
         for pipe, capture in pipes:
             transport, _ = await loop.connect_read_pipe(partial(_same, capture), pipe)
@@ -356,22 +368,21 @@ async def _run(
             await asyncio.wait_for(proc.wait(), timeout)
         except TimeoutError:
             timed_out = True
-            await _kill_group(proc)
-            await asyncio.to_thread(_kill_tagged, tag)
+            survivors = await asyncio.to_thread(_end_everything, proc.pid, tag, _TERM_GRACE)
+            await proc.wait()
         try:
             await asyncio.wait_for(asyncio.gather(out_p.closed, err_p.closed), _DRAIN_GRACE)
         except TimeoutError:
             lingering = True  # a background job inherited the pipes
     finally:
         if proc.returncode is None:  # cancelled mid-run: leave nothing behind
-            _signal_group(proc.pid, signal.SIGKILL)
-            _kill_tagged(tag)  # a few /proc reads; must finish even while cancelled
+            _end_everything(proc.pid, tag, 0.0)  # a few /proc reads; must finish even now
         for transport in transports:
             transport.close()  # also closes its pipe
         for pipe, _ in pipes[len(transports) :]:
             pipe.close()
     body = _format_output(out_p, err_p, cap)
-    status = _status_line(proc.returncode, timed_out, timeout)
+    status = _status_line(proc.returncode, timed_out, timeout, survivors)
     if lingering:
         status += (
             "\n[background processes still hold the output open; their later output is not "
@@ -392,7 +403,15 @@ def _format_output(out: _Capture, err: _Capture, cap: int) -> str:
     return truncate_middle("\n".join(parts), cap, already_omitted=out.dropped + err.dropped)
 
 
-def _status_line(returncode: int | None, timed_out: bool, timeout: float) -> str:
+def _status_line(
+    returncode: int | None, timed_out: bool, timeout: float, survivors: Mapping[int, str]
+) -> str:
+    if timed_out and survivors:
+        names = ", ".join(f"{pid} ({name})" for pid, name in sorted(survivors.items())[:10])
+        return (
+            f"[timed out after {timeout:g} s; the command was killed, but {len(survivors)} "
+            f"process(es) it started could not be killed and are still running: {names}]"
+        )
     if timed_out:
         return f"[timed out after {timeout:g} s; the command and its child processes were killed]"
     if returncode is not None and returncode < 0:
@@ -404,13 +423,98 @@ def _status_line(returncode: int | None, timed_out: bool, timeout: float) -> str
     return f"[exit code {returncode}]"
 
 
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the command's process group, then SIGKILL whatever is left of it."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), _TERM_GRACE)
-    _signal_group(proc.pid, signal.SIGKILL)
-    await proc.wait()
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+@functools.cache
+def _subreaper() -> Callable[[], None] | None:
+    """What the child runs between fork and exec to become a child subreaper (Linux), so
+    that nothing the command starts is orphaned out of its reach; None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.restype = ctypes.c_int
+
+    def become_subreaper() -> None:  # after fork: no imports, no allocation worth a lock
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+    return become_subreaper
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """The living (not zombie) descendants of ``root``, pid -> name, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    raw = fh.read()
+            except OSError:
+                continue
+            head, _, rest = raw.rpartition(b")")
+            fields = rest.split()
+            if len(fields) < 2 or fields[0] in (b"Z", b"X"):
+                continue
+            pid = int(entry.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            names[pid] = head.partition(b"(")[2].decode("utf-8", "replace")
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found[child] = names[child]
+                todo.append(child)
+    return found
+
+
+def _wait_stopped(pid: int, limit: float = 0.5) -> None:
+    """Wait (briefly) until ``pid`` is stopped or gone."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                state = fh.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            return
+        if state in ([b"T"], [b"t"], [b"Z"], [b"X"]):
+            return
+        time.sleep(0.001)
+
+
+def _end_everything(root: int, tag: str, grace: float) -> dict[int, str]:
+    """End the command whose shell is ``root`` and all it started; returns what survived.
+
+    The shell is stopped first: a subreaper that cannot exit keeps every orphan as its
+    descendant, where the tree walk finds it. Blocking (sleeps while the grace runs).
+    """
+    _signal(root, signal.SIGSTOP)
+    _wait_stopped(root)  # a signal sent before the stop takes effect could end the shell first
+    for pid in _descendants(root):
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _descendants(root) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left: dict[int, str] = {}
+    for _ in range(100):  # a process may fork while we look; SIGKILL is final for each
+        left = _descendants(root)
+        if not left:
+            break
+        for pid in left:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    _signal_group(root, signal.SIGKILL)
+    _signal(root, signal.SIGKILL)
+    _kill_tagged(tag)
+    return left
 
 
 def _kill_tagged(tag: str) -> None:
@@ -442,3 +546,8 @@ def _kill_tagged(tag: str) -> None:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
