@@ -1,11 +1,15 @@
 """Stalled connections cannot wedge the real ``hippobot serve`` process.
 
-The repro of the bug: the server's descriptor limit lowered to 256, then more connections
-than that, each sending only ``GET / HTTP/1.1\\r\\nHost: x\\r\\n`` and held open.
+The repro of the first bug: the server's descriptor limit lowered to 256, then more
+connections than that, each sending only ``GET / HTTP/1.1\\r\\nHost: x\\r\\n`` and held open.
+The second: 300 connections sending full POST headers with ``Content-Length: 1000000``, then
+one byte every few seconds; headers were timed, bodies were not, and every ``/healthz``
+probe got a 503 for as long as they trickled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import signal
 import socket
@@ -75,8 +79,8 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
         root, port = url.group(1).removesuffix("/v1"), int(url.group(2))
 
         held = stall(port, CLIENTS)
+        while_held = [healthy(root) for _ in range(5)]  # the stalest stalled ones make room
         answers = [answer_of(s) for s in held]  # the server closes every one of them
-        busy = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
         for sock in held:
             sock.close()
         held = []
@@ -104,10 +108,93 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
             sock.close()
         served.stop()
 
-    assert busy, "connections beyond the limit were not refused"
-    assert b"server_busy" in busy[0]
-    assert all(a == b"" or a.startswith(b"HTTP/1.1 503") for a in answers)
-    assert len(busy) < CLIENTS  # the first ones were admitted, then timed out
+    assert all(while_held), while_held
+    assert all(a == b"" for a in answers)  # closed: made room for others, or timed out
     assert text == "still here: ping"
     assert streamed == "still here: slow"
     assert not any("out of system resource" in line for line in seen), "".join(seen)
+
+
+SLOW_BODY = (
+    b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000000\r\n\r\n"
+)
+
+
+def test_slow_bodies_are_timed_out_and_healthz_answers_while_they_trickle(
+    make_agent, scripted_server
+):
+    agent = make_agent()
+    path = agent.settings.config_path
+    path.write_text(path.read_text().replace('"serve": {', '"serve": {"bodyTimeout": 2,', 1))
+    served = spawn_serve(agent.settings.home, scripted_server.base_url)
+    held: list[socket.socket] = []
+    try:
+        url = served.wait_line(r"listening on (http://127\.0\.0\.1:(\d+)/v1)")
+        root, port = url.group(1).removesuffix("/v1"), int(url.group(2))
+        started = time.monotonic()
+        for _ in range(CLIENTS):  # more than serve.maxConnections (256)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(SLOW_BODY)
+            held.append(sock)
+        probes = []
+        for _ in range(6):  # one byte from every client, then a probe, for about 1.5 s
+            for sock in held:
+                with contextlib.suppress(OSError):
+                    sock.send(b" ")
+            probes.append(healthy(root))
+            time.sleep(0.25)
+        answers = [answer_of(s) for s in held]
+        elapsed = time.monotonic() - started
+    finally:
+        for sock in held:
+            sock.close()
+        served.stop()
+    assert all(probes), probes  # was: 503 for every probe while the bodies trickled
+    timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
+    assert len(timed_out) + answers.count(b"") == CLIENTS
+    assert len(timed_out) >= CLIENTS - 100 and b"request_timeout" in timed_out[0]
+    assert elapsed < 15  # every one was closed after about serve.bodyTimeout
+    assert not any("Traceback" in line for line in served.seen), "".join(served.seen)
+
+
+async def test_a_full_server_refuses_a_newcomer_only_when_every_request_is_complete():
+    """The 503 ``server_busy`` is for when no connection is merely stalling."""
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from hippobot.server.connections import guarded_protocol
+
+    release = asyncio.Event()
+
+    async def slow(request):
+        await release.wait()
+        return PlainTextResponse("done")
+
+    app = Starlette(routes=[Route("/", slow)])
+    server = uvicorn.Server(uvicorn.Config(app, port=0, log_level="warning", lifespan="off",
+                                           http=guarded_protocol(2, 5, 5)))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    busy = []
+    for _ in range(2):  # two complete requests, both waiting for their answer
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        busy.append((reader, writer))
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    refused = await asyncio.wait_for(reader.read(), 5)
+    release.set()
+    answered = [await asyncio.wait_for(r.readuntil(b"done"), 5) for r, _ in busy]
+    for _, w in [*busy, (reader, writer)]:
+        w.close()
+    server.should_exit = True
+    await task
+    assert refused.startswith(b"HTTP/1.1 503") and b"server_busy" in refused
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answered)

@@ -182,6 +182,8 @@ class ServeConfig(_Model):
     """Open connections at most (also kept below the process's file descriptor limit)."""
     header_timeout: float = Field(10.0, gt=0)
     """Seconds a connection may take to send a request's headers before it is closed."""
+    body_timeout: float = Field(30.0, gt=0)
+    """Seconds a request may take to send its body once the headers are in (else a 408)."""
     allow_unsandboxed_exec: bool = False
     """Give ``serve.users`` the ``exec`` tool even where no sandbox works (their commands
     could then read every workspace and the keys); off: no ``exec`` for them there."""

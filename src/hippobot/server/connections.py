@@ -12,8 +12,18 @@ server could no longer accept, open a session file or call the model.
   is also kept well below the process's descriptor limit (:func:`connection_limit`).
 * **Header time.** A connection must complete a request's headers within ``header_timeout``
   seconds of connecting, and again after each response (a kept-alive connection that starts
-  a request and stalls is closed too). Bodies and long turns are not affected: the clock
-  runs only while the server waits for headers.
+  a request and stalls is closed too).
+* **Body time.** Once the headers are in, the whole body must arrive within
+  ``body_timeout`` seconds, else the client gets a ``408`` and the connection is closed: a
+  ``Content-Length: 1000000`` sent one byte every few seconds cannot hold a connection.
+  Long turns and streamed replies are not affected: both clocks run only while the server
+  waits for the client.
+* **The slowest go first.** When every connection is taken, a new one does not get a
+  ``503`` while some other connection is still sending its request: the one that has been
+  at it longest is closed (a ``408`` if its headers were in) and the newcomer is served.
+  Slow clients therefore cannot lock out fast ones (``/healthz``, a turn) even for the
+  seconds the clocks allow; only when every connection holds a complete request (turns
+  running) is the newcomer refused.
 
 Shutdown needs nothing extra: uvicorn closes connections that have no request in progress.
 """
@@ -43,6 +53,15 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
+_SLOW_BODY = (
+    b'{"error": {"message": "the request was sent too slowly (serve.bodyTimeout) while other '
+    b'clients waited; send it again, faster", "type": "invalid_request_error", "param": null, '
+    b'"code": "request_timeout"}}'
+)
+_SLOW = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_SLOW_BODY), _SLOW_BODY)
+)
 
 
 def raise_fd_limit() -> None:
@@ -68,16 +87,22 @@ def connection_limit(wanted: int) -> int:
     return max(8, min(wanted, (soft - 64) // 2))
 
 
-def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
+def guarded_protocol(
+    max_connections: int, header_timeout: float, body_timeout: float = 30.0
+) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the module docstring's limits (pass as ``http=``)."""
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
         _refused = False
+        # When this connection started waiting for the request it is still sending (None:
+        # no request pending, e.g. a turn is running): the eviction order.
+        _waiting_since: float | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > max_connections:
+            if self._open_elsewhere() >= max_connections and not self._evict_stalest():
                 self._refused = True
                 now = time.monotonic()
                 if now - _last_warning[0] >= _WARN_EVERY:
@@ -94,6 +119,8 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_header_timer()
+            self._stop_body_timer()
+            self._waiting_since = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -103,8 +130,16 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
 
         def handle_events(self) -> None:
             super().handle_events()
-            if self.conn.their_state is not h11.IDLE:
-                self._stop_header_timer()  # the headers are in
+            state = self.conn.their_state
+            if state is h11.IDLE or self.transport.is_closing():
+                return
+            self._stop_header_timer()  # the headers are in
+            if state is h11.SEND_BODY:
+                if self._body_timer is None:
+                    self._body_timer = self.loop.call_later(body_timeout, self._too_slow)
+            else:  # the whole request is in: nothing more to wait for
+                self._stop_body_timer()
+                self._waiting_since = None
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -113,6 +148,7 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
 
         def _wait_for_headers(self) -> None:
             self._stop_header_timer()
+            self._waiting_since = time.monotonic()
             self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
 
         def _stop_header_timer(self) -> None:
@@ -124,5 +160,38 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[H11Pro
             self._header_timer = None
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.close()
+
+        def _stop_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _too_slow(self) -> None:
+            """The body did not arrive in time (or this connection is the stalest): 408."""
+            self._body_timer = None
+            self._stop_header_timer()
+            self._waiting_since = None
+            if self.transport.is_closing():
+                return
+            cycle = getattr(self, "cycle", None)
+            if self.conn.their_state is h11.SEND_BODY and not (cycle and cycle.response_started):
+                self.transport.write(_SLOW)
+            self.transport.close()
+
+        def _open_elsewhere(self) -> int:
+            return sum(1 for c in self.connections if c is not self and not c.transport.is_closing())
+
+        def _evict_stalest(self) -> bool:
+            """Close the connection that has waited longest for its request; False if none
+            is waiting (every other connection holds a complete request)."""
+            waiting = [
+                c for c in self.connections
+                if isinstance(c, GuardedH11Protocol) and c is not self
+                and c._waiting_since is not None and not c.transport.is_closing()
+            ]
+            if not waiting:
+                return False
+            min(waiting, key=lambda c: c._waiting_since or 0.0)._too_slow()
+            return True
 
     return GuardedH11Protocol

@@ -11,8 +11,9 @@ otherwise a random token generated once per install and kept in ``<home>/serve-t
 loopback address is not authentication: any web page and any local user can reach it.
 
 Connections: at most ``serve.maxConnections`` at once, each given ``serve.headerTimeout``
-seconds to send its headers (``connections.py``), so stalled clients cannot take every file
-descriptor.
+seconds to send its headers and ``serve.bodyTimeout`` for its body, the slowest dropped first
+when all are taken (``connections.py``), so stalled clients cannot take every file descriptor
+or lock out the others.
 
 Shutdown: on SIGTERM/SIGINT the server stops accepting connections and gives in-flight turns
 ``shutdown_timeout`` seconds to finish; turns still running then are cancelled (their user
@@ -237,7 +238,7 @@ def run_server(
         # asyncio accepts up to `backlog` connections per loop turn, and a refused one holds
         # its descriptor for a few turns: a small backlog keeps that burst well under `limit`.
         backlog=max(8, limit // 4),
-        http=guarded_protocol(limit, serve.header_timeout),
+        http=guarded_protocol(limit, serve.header_timeout, serve.body_timeout),
         timeout_graceful_shutdown=int(shutdown_timeout) + 5,
     )
     GracefulServer(config, app, shutdown_timeout, out=err).run(sockets=[sock])
