@@ -7,11 +7,19 @@ type checker still knows their keys.
 
 Keys starting with ``_`` and ``timestamp``/``media`` are hippobot's own bookkeeping; they are
 persisted but never sent to a model (see :func:`wire_message`).
+
+Text that cannot be encoded: JSON (``"\\ud800"``), a file decoded with ``surrogateescape``
+or a command-line argument with bytes that are not UTF-8 can give a ``str`` holding a lone
+surrogate, which no endpoint accepts and no UTF-8 file can hold. :func:`unencodable` says
+where such text is (front ends refuse it with one clear line); :func:`scrubbed` replaces it
+with U+FFFD in what the model wrote and in what an older version stored, so a session that
+holds one still loads, lists, shows and chats.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+import re
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 
 __all__ = [
     "RUNTIME_CONTEXT_HEADER",
@@ -23,8 +31,40 @@ __all__ = [
     "ToolCall",
     "content_text",
     "public_text",
+    "scrubbed",
+    "unencodable",
     "wire_message",
 ]
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_T = TypeVar("_T")
+
+
+def unencodable(text: str) -> str | None:
+    """Why ``text`` cannot be sent or stored as UTF-8 (a lone surrogate, and where), or None."""
+    match = _LONE_SURROGATE.search(text)
+    if match is None:
+        return None
+    return (
+        f"it holds a lone surrogate (U+{ord(match.group()):04X}, character "
+        f"{match.start() + 1}), which is not valid Unicode: bytes that are not UTF-8, or "
+        "half of an emoji; send valid UTF-8 text"
+    )
+
+
+def scrubbed(value: _T) -> _T:
+    """``value`` (a str, or JSON-like lists and dicts of them) with every lone surrogate
+    replaced by U+FFFD; the same object when there is none."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value  # type: ignore[return-value]
+    if isinstance(value, list):
+        items = [scrubbed(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value  # type: ignore[return-value]
+    if isinstance(value, dict):
+        pairs = {scrubbed(k): scrubbed(v) for k, v in value.items()}
+        changed = any(k not in value or pairs[k] is not value[k] for k in pairs)
+        return pairs if changed else value  # type: ignore[return-value]
+    return value
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -175,3 +175,50 @@ def test_a_bug_in_the_agent_is_a_clean_500(serve, make_agent):
     assert response.status_code == 500
     error = error_of(response)
     assert error["type"] == "server_error" and "RuntimeError" in error["message"]
+
+
+DEEP = b'{"model": "hippobot", "messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+LONE = '"x \\ud800 y"'  # valid JSON: the escape of half a surrogate pair
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (DEEP, "nested too deeply"),
+        (b"[" * 200_000, "JSON"),
+        (f'{{"messages": [{{"role": "user", "content": {LONE}}}]}}'.encode(), "lone surrogate (U+D800"),
+        (f'{{"messages": [{{"role": "user", "content": [{{"type": "text", "text": {LONE}}}]}}]}}'.encode(),
+         "messages[0].content cannot be used"),
+        (f'{{"session_id": {LONE}, "messages": [{{"role": "user", "content": "hi"}}]}}'.encode(),
+         "'session_id' cannot be used"),
+        (f'{{"stop": [{LONE}], "messages": [{{"role": "user", "content": "hi"}}]}}'.encode(), "'stop'"),
+    ],
+    ids=["nested-200000-deep", "unclosed-200000-deep", "lone-surrogate", "in-a-text-part",
+         "in-session-id", "in-stop"],
+)
+def test_absurd_json_and_text_that_cannot_be_encoded_are_a_400(serve, scripted_model, raw, says):
+    srv = serve()
+    response = srv.http.post(f"{srv.base_url}/chat/completions", content=raw,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert says in error_of(response)["message"]
+    assert scripted_model.requests == []
+    assert not (srv.agent.workspace / "sessions" / "api").exists()
+
+
+def test_a_session_that_already_holds_a_lone_surrogate_still_chats(serve, scripted_model):
+    """Written by an older version, which stored the request as sent."""
+    srv = serve()
+    path = session_path(srv.agent, "api:old")
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        '{"_type":"session","format":1,"key":"api:old","created_at":"2026-01-01T00:00:00+00:00"}\n'
+        '{"role":"user","content":"x \\ud800 y"}\n{"role":"assistant","content":"noted"}\n'
+    )
+    scripted_model.reply("still here")
+    reply = srv.client().chat.completions.create(
+        model="hippobot", extra_headers={"X-Session-Id": "old"},
+        messages=[{"role": "user", "content": "and now?"}],
+    )
+    assert reply.choices[0].message.content == "still here"
+    assert scripted_model.requests[-1].messages[1]["content"] == "x \ufffd y"

@@ -33,7 +33,7 @@ from hippobot.locks import LockTimeout, acquire_async
 from hippobot.loop.events import EventSink, Notice, ReplyDone
 from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
-from hippobot.messages import Message, ToolCall
+from hippobot.messages import Message, ToolCall, scrubbed, unencodable
 from hippobot.providers.model import ModelClient
 from hippobot.redact import redact_exact, redact_secrets
 from hippobot.session.keys import validate_key
@@ -400,6 +400,7 @@ class Agent:
                 nonlocal before
                 if before is None and _may_write(msg):  # the tools run after this returns
                     before = await asyncio.to_thread(self._snapshot_before_tools)
+                msg = scrubbed(msg)  # half an emoji from the model would wedge the session
                 content = msg.get("content")
                 if isinstance(content, str):
                     msg["content"] = self.redact(content)
@@ -433,7 +434,10 @@ class Agent:
         return TurnResult(reply=result.reply, run=result)
 
     def check_message(self, text: str) -> None:
-        """A UserError when ``text`` is over ``maxMessageChars``."""
+        """A UserError when ``text`` is over ``maxMessageChars`` or is not valid Unicode."""
+        problem = unencodable(text)
+        if problem is not None:  # stored, it would fail every later request of the session
+            raise UserError(f"the message cannot be sent: {problem}")
         limit = self.settings.defaults.max_message_chars
         if len(text) > limit:  # a huge message would be replayed and re-read on every turn
             raise UserError(

@@ -229,6 +229,8 @@ async def piped(api: Api, key: str, lines: TextIO) -> int:
     """Non-terminal stdin: one message per line, each reply printed in turn."""
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=False)
     status = 0
+    if hasattr(lines, "reconfigure"):  # bytes that are not UTF-8: one error line, not a traceback
+        lines.reconfigure(errors="surrogateescape")
     try:
         for line in lines:
             text = line.rstrip("\n")
@@ -238,7 +240,7 @@ async def piped(api: Api, key: str, lines: TextIO) -> int:
                 break
             try:
                 reply = (await _one_turn(api, key, text, (), printer)).reply
-            except ProviderError as exc:
+            except (ProviderError, UserError) as exc:
                 sys.stderr.write(f"error: {exc}\n")
                 status = 1
                 continue

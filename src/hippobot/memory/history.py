@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
+from hippobot.messages import scrubbed
+
 __all__ = [
     "RAW_PREFIX",
     "TIMESTAMP_FORMAT",
@@ -133,6 +135,8 @@ def parse_line(line: str) -> HistoryEntry | None:
         return None
     if not isinstance(data, dict):
         return None
+    if "\\ud" in text.lower():  # a lone surrogate escape: no endpoint accepts one
+        data = scrubbed(data)
     cursor = data.get("cursor")
     timestamp = data.get("timestamp")
     content = data.get("content")

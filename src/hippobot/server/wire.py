@@ -34,6 +34,7 @@ from hippobot.errors import (
     UserError,
 )
 from hippobot.loop.events import ReplyDelta, ReplyRestart, ToolStarted
+from hippobot.messages import unencodable
 from hippobot.providers.base import Usage
 from hippobot.server import identity
 from hippobot.server.identity import DEFAULT_SESSION
@@ -244,6 +245,8 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
         or not all(isinstance(s, str) and s for s in items)
     ):
         raise ApiError(400, "'stop' must be a string or a list of 1 to 4 strings", param="stop")
+    for item in items:
+        _valid_text(item, "'stop'")
     return tuple(items)
 
 
@@ -262,10 +265,20 @@ def _refuse_response_format(body: Mapping[str, Any]) -> None:
         )
 
 
+def _valid_text(value: object, param: str) -> None:
+    """400 for text that cannot be encoded (a lone surrogate): stored, it would fail every
+    later turn of the session."""
+    problem = unencodable(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise ApiError(400, f"{param} cannot be used: {problem}", param=param)
+
+
 def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     """Validate a chat-completions body; raises :class:`ApiError` (400) saying what is wrong."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
+    for name in ("session_id", "user", "model"):
+        _valid_text(body.get(name), f"'{name}'")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages", param="messages")
@@ -275,6 +288,7 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
         raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
     index = users[-1]
     text = _content_text(messages[index].get("content"), index)
+    _valid_text(text, f"messages[{index}].content")
     if not text.strip():
         raise ApiError(400, "the newest user message is empty", param=f"messages[{index}]")
     model = body.get("model", MODEL_ID)
@@ -294,11 +308,12 @@ def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     stateless = identity.is_task_prompt(text, headers)
     sent: tuple[tuple[str, str], ...] = ()
     if stateless:
-        sent = tuple(
-            (str(m.get("role")), _content_text(m.get("content"), i))
-            for i, m in enumerate(messages)
-            if isinstance(m, dict) and m.get("role") in ("system", "developer", "user", "assistant")
-        )
+        kept = []
+        for i, m in enumerate(messages):
+            if isinstance(m, dict) and m.get("role") in ("system", "developer", "user", "assistant"):
+                kept.append((str(m.get("role")), _content_text(m.get("content"), i)))
+                _valid_text(kept[-1][1], f"messages[{i}].content")
+        sent = tuple(kept)
     return ChatCall(
         key="" if stateless else session_key(headers, body),
         text=text,
@@ -319,6 +334,8 @@ async def read_json(request: Request) -> object:
         return json.loads(body or b"null")
     except ValueError:
         raise ApiError(400, "the request body is not valid JSON") from None
+    except RecursionError:  # valid JSON, nested deeper than any request needs
+        raise ApiError(400, "the request body is JSON nested too deeply; send a flat request") from None
 
 
 # --- streaming -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hippobot.errors import UserError
-from hippobot.messages import Message, public_text
+from hippobot.messages import Message, public_text, scrubbed
 from hippobot.session.model import (
     ArchivedSummary,
     Session,
@@ -55,6 +55,9 @@ __all__ = [
 
 FORMAT_VERSION = 1
 PREVIEW_CHARS = 120
+# A JSON escape of a surrogate ("\ud800"); paired ones decode to one character, lone ones
+# stay surrogates, which no endpoint accepts: :func:`decode` replaces those with U+FFFD.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -146,6 +149,8 @@ def decode(raw: bytes, *, first: bool) -> tuple[RecordKind, dict[str, Any] | Non
         return "corrupt", None
     if not isinstance(record, dict):
         return "corrupt", None
+    if _SURROGATE_ESCAPE.search(raw):  # written by an older version: still loads and chats
+        record = scrubbed(record)
     if "_type" not in record:
         return ("message", record) if is_message(record) else ("corrupt", None)
     if record["_type"] == "session" and first:
