@@ -13,9 +13,11 @@ Two mechanisms:
   ("sk-learn", "the bearer of bad news", "max_tokens: 4096") are left alone.
 * :func:`redact_exact` removes the keys hippobot itself was configured with, whatever
   their shape, and their simple encodings (:func:`secret_forms`: base64 and URL-safe
-  base64 of the key, with or without the newline ``echo`` adds, and hex). An encoding
-  that starts mid-stream (the key base64-encoded inside a longer text), a wrapped base64
-  line, or anything encrypted or reversed is not recognised.
+  base64 of the key, with or without the newline ``echo`` adds, and hex), **in any letter
+  case** (an upper-cased key still gives most of it away), and the key **without its
+  well-known prefix** (``sk-proj-``, ``sk-ant-api03-``: the random part is the secret). An
+  encoding that starts mid-stream (the key base64-encoded inside a longer text), a wrapped
+  base64 line, or anything encrypted or reversed is not recognised.
 
 Both are pure functions; where a key name is part of the match it is kept and only the
 value is replaced, so the text still says *what* was there.
@@ -39,9 +41,10 @@ _TAIL = r"(?![A-Za-z0-9_\-])"
 
 # Whole-token patterns: the entire match is replaced.
 _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # OpenAI (sk-, sk-proj-, sk-svcacct-, sk-admin-) and Anthropic (sk-ant-api03-...).
-    # Random bodies contain a digit; hyphenated prose ("sk-this-is-...") does not.
-    re.compile(r"(?<![A-Za-z0-9_\-])sk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}"),
+    # OpenAI (sk-, sk-proj-, sk-svcacct-, sk-admin-) and Anthropic (sk-ant-api03-...), in
+    # any letter case. Random bodies contain a digit; hyphenated prose ("sk-this-is-...")
+    # does not.
+    re.compile(r"(?<![A-Za-z0-9_\-])[sS][kK]-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}"),
     # Stripe secret / restricted keys.
     re.compile(r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}" + _TAIL),
     # GitHub personal, OAuth, user-to-server, server and refresh tokens.
@@ -100,7 +103,7 @@ def _keep_name(match: re.Match[str]) -> str:
 # Literals a match of each token pattern must contain: a pattern whose literals are all
 # absent is skipped, which is exact and keeps long texts without credentials fast.
 _TOKEN_LITERALS: tuple[tuple[str, ...], ...] = (
-    ("sk-",),
+    ("sk-", "SK-", "Sk-", "sK-"),
     ("k_live_", "k_test_"),
     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
     ("github_pat_",),
@@ -203,13 +206,35 @@ def redact_exact(text: str, secrets: Iterable[str]) -> str:
     wanted = tuple(sorted({s for s in secrets if isinstance(s, str) and len(s) > 8}))
     if not text or not wanted:
         return text
-    return _exact_pattern(wanted).sub(REDACTED, text)
+    # Any letter case: the UTF-8 bytes with their ASCII letters lowered (same length, same
+    # positions) are matched against the lowered forms. That is ten times faster than a
+    # case-insensitive pattern, which cannot use the regex engine's literal search.
+    data = text.encode("utf-8", "surrogatepass")
+    out: list[bytes] = []
+    emitted = 0
+    for match in _exact_pattern(wanted).finditer(data.lower()):
+        out += [data[emitted : match.start()], _REDACTED_BYTES]
+        emitted = match.end()
+    if not out:
+        return text
+    out.append(data[emitted:])
+    return b"".join(out).decode("utf-8", "surrogatepass")
+
+
+_PREFIX_PARTS = 24  # a well-known prefix ("sk-ant-api03-") ends within this many characters
+_BARE_MIN = 16  # the part after it must stay this long to be as unmistakable as a key
 
 
 def secret_forms(secret: str) -> list[str]:
-    """``secret`` and the encodings a shell one-liner makes of it (see the module doc)."""
+    """``secret``, the key without its well-known prefix (the part after each ``-`` or
+    ``_`` near its start: ``sk-proj-XYZ`` gives ``proj-XYZ`` and ``XYZ``), and the encodings
+    a shell one-liner makes of it (see the module doc)."""
     raw = secret.encode("utf-8")
     forms = {secret}
+    forms.update(
+        secret[i:] for i in range(1, min(_PREFIX_PARTS, len(secret)))
+        if secret[i - 1] in "-_" and len(secret) - i >= _BARE_MIN
+    )
     for data in (raw, raw + b"\n"):
         for encoded in (base64.b64encode(data), base64.urlsafe_b64encode(data)):
             text = encoded.decode("ascii")
@@ -220,8 +245,13 @@ def secret_forms(secret: str) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+_REDACTED_BYTES = REDACTED.encode("ascii")
+
+
 @functools.lru_cache(maxsize=16)
-def _exact_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
-    forms = {f for s in secrets for f in secret_forms(s)}
+def _exact_pattern(secrets: tuple[str, ...]) -> re.Pattern[bytes]:
+    """Every form of every secret as UTF-8 with ASCII letters lowered (a match can only
+    start and end on a character boundary: a form starts and ends with a whole character)."""
+    forms = {f.encode("utf-8", "surrogatepass").lower() for s in secrets for f in secret_forms(s)}
     # Longest first, so a secret (or form) that contains another is removed whole.
-    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+    return re.compile(b"|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))

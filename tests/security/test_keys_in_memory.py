@@ -67,3 +67,33 @@ def test_redact_exact_covers_simple_encodings():
     out = redact_exact(text, [API_KEY])
     assert not _leaks(out) and HEX.upper() not in out
     assert out.count(REDACTED) == 6 and out.startswith("a [REDACTED] b ")
+
+
+BARE = API_KEY.removeprefix("sk-attack-")  # the random part: the key without its prefix
+OTHER_CASE = (API_KEY.upper(), BARE.upper(), BARE.lower(), B64.lower(), HEX.upper())
+
+
+def _other_leaks(data: bytes | str) -> list[str]:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [form for form in (BARE, *OTHER_CASE) if form.lower() in text.lower()]
+
+
+async def test_the_key_without_its_prefix_or_in_another_case_never_persists(make_agent, scripted_model):
+    agent = make_agent(exec={"sandbox": "none"})
+    ws = agent.workspace
+    scripted_model.reply_tool_calls([
+        ("write_file", {"path": "memory/MEMORY.md",
+                        "content": f"- zebra bare {BARE}\n- zebra upper {API_KEY.upper()}\n"}),
+        ("exec", {"command": f"echo 'zebra echo {BARE.upper()} {B64.lower()}' >> SOUL.md"}),
+    ])
+    scripted_model.reply(f"Remembered {BARE.lower()}.")
+    await agent.turn(KEY, f"remember the zebra key {API_KEY.upper()}")
+    agent.memory.append_history(f"zebra history {BARE} and {HEX.upper()}", session_key=KEY)
+    for name in ("memory/MEMORY.md", "SOUL.md", "memory/history.jsonl"):
+        text = (ws / name).read_text()
+        assert "zebra" in text and not _other_leaks(text), f"{name}: {_other_leaks(text)}"
+    assert not _other_leaks(every_file_bytes(ws / ".git")), "the key is in the memory history"
+    done = run_cli(["memory", "search", "zebra"], agent.settings.home, HIPPOBOT_API_KEY=API_KEY)
+    assert done.returncode == 0 and "zebra" in done.stdout and not _other_leaks(done.stdout)
+    assert not _other_leaks(every_file_bytes(ws / ".hippobot")), "the key is in the recall index"
+    assert not _other_leaks(every_file_bytes(ws / "sessions")), "the key is in the session"
