@@ -40,7 +40,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hippobot.server.web import render_login
+from hippobot.server.web import PAGE_HEADERS, render_login
 from hippobot.server.wire import ApiError
 
 __all__ = [
@@ -350,7 +350,7 @@ class WebGuard:
 
     def _unauthorized(self, req: _Request) -> Response:
         if req.path in PAGE_PATHS and req.method in ("GET", "HEAD"):
-            return HTMLResponse(render_login(), status_code=401, headers=_NO_STORE)
+            return HTMLResponse(render_login(), status_code=401, headers=PAGE_HEADERS)
         return ApiError(
             401,
             "missing or wrong API key: send 'Authorization: Bearer <key>' with the key "
@@ -375,7 +375,7 @@ class WebGuard:
             return HTMLResponse(
                 render_login("That token is not right. Use the one hippobot serve printed."),
                 status_code=401,
-                headers=_NO_STORE,
+                headers=PAGE_HEADERS,
             )
         response = RedirectResponse("/", status_code=303, headers=_NO_STORE)
         if key:

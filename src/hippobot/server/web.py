@@ -1,5 +1,10 @@
 """The read-only memory page at ``GET /``: one plain HTML document, no scripts, no build.
 
+It is sent with a Content-Security-Policy (:data:`PAGE_HEADERS`) that allows exactly the
+page's own stylesheet (by its hash) and forms that post back to the server: no script,
+image, frame or other origin, so even text that escaped :func:`html.escape` could run
+nothing and send nothing anywhere.
+
 It shows what the agent remembers, the way a person would inspect the files: SOUL.md,
 USER.md and memory/MEMORY.md, the other files that shape the prompt (AGENTS.md, skills/,
 prompts/), the history timeline (newest first, entries Dream has not
@@ -17,6 +22,8 @@ documents, as the command does.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import logging
 import re
 from collections.abc import Callable
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from hippobot.memory.history import HistoryEntry
     from hippobot.recall.query import Hit
 
-__all__ = ["index", "render_login", "render_page"]
+__all__ = ["PAGE_HEADERS", "index", "render_login", "render_page"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,21 @@ details{margin:.5rem 0}summary{cursor:pointer}nav a{margin-right:1rem}
 .error{color:#a00;font-weight:600}.how{color:#075e07;font-weight:600}
 form[role=search]{margin:1rem 0}form[role=search] input{width:60%;max-width:30rem}
 """
+
+
+_CSS_HASH = base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode("ascii")
+#: Headers of every HTML page the server sends (the memory page and its login form).
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        f"default-src 'none'; style-src 'sha256-{_CSS_HASH}'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    # a ?token= address never travels to another site in a Referer ("no-referrer" would make
+    # the browser send "Origin: null" with the login form, which the Origin check refuses)
+    "Referrer-Policy": "same-origin",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,4 +338,4 @@ async def index(request: Request) -> HTMLResponse:
 
     api = Api.for_agent(await request_agent(request))
     page = await asyncio.to_thread(render_page, api, request.query_params.get("q"))
-    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(page, headers=PAGE_HEADERS)
