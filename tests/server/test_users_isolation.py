@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 
 import httpx
@@ -23,17 +24,31 @@ PROVIDER_KEY = "sk-ant-provider-secret-0123456789abcdef"
 KEYS = (OWNER_KEY, ALICE, BOB, PROVIDER_KEY)
 
 
-def _config(home, tmp_path, tools=None, **serve) -> None:
+def _config(home, places, tools=None, owner=None, **serve) -> None:
     config = {
         "tools": tools or {},
+        "agents": {"defaults": {"workspace": str(owner)}} if owner else {},
         "providers": {"anthropic": {"apiKey": PROVIDER_KEY}},
         "serve": {
             "apiKey": OWNER_KEY,
-            "users": {"alice": {"apiKey": ALICE}, "bob": {"apiKey": BOB, "workspace": str(tmp_path / "bob")}},
+            "users": {"alice": {"apiKey": ALICE}, "bob": {"apiKey": BOB, "workspace": str(places / "bob")}},
             **serve,
         },
     }
     (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+@pytest.fixture
+def places():
+    """Where bob's (and the owner's) workspace lives: outside /tmp, which the sandbox empties
+    anyway, so that only hiding it keeps it out of alice's sight (as for /srv/hippobot/bob)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="hippobot-users-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _workspace(srv, name: str):
@@ -67,9 +82,9 @@ def _page(srv, key: str) -> str:
 
 
 def test_alice_cannot_read_keys_or_bobs_session_through_planted_links(
-    hippobot_home, make_agent, serve, scripted_model, tmp_path
+    hippobot_home, make_agent, serve, scripted_model, places
 ):
-    _config(hippobot_home, tmp_path)
+    _config(hippobot_home, places)
     srv = serve(agent=make_agent(), api_key=OWNER_KEY)
     bob_file, bob_before = _bobs_diary(srv)
     config = str(hippobot_home / "config.json")
@@ -97,9 +112,9 @@ def test_alice_cannot_read_keys_or_bobs_session_through_planted_links(
 
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
 def test_each_users_sandbox_sees_their_own_workspace_only(
-    hippobot_home, make_agent, serve, scripted_model, tmp_path
+    hippobot_home, make_agent, serve, scripted_model, places
 ):
-    _config(hippobot_home, tmp_path)
+    _config(hippobot_home, places, owner=places / "owner")
     srv = serve(agent=make_agent(), api_key=OWNER_KEY)
     bob, owner = _workspace(srv, "bob"), _workspace(srv, "")
     (bob / "USER.md").write_text("# Bob\n\n- BOB-PRIVATE locker 4711\n")
@@ -121,9 +136,9 @@ def test_each_users_sandbox_sees_their_own_workspace_only(
 
 @pytest.mark.parametrize("allowed", [False, True])
 def test_without_a_sandbox_users_get_no_exec_unless_the_owner_allows_it(
-    hippobot_home, make_agent, serve, scripted_model, tmp_path, caplog, allowed
+    hippobot_home, make_agent, serve, scripted_model, places, caplog, allowed
 ):
-    _config(hippobot_home, tmp_path, tools={"exec": {"sandbox": "none"}}, allowUnsandboxedExec=allowed)
+    _config(hippobot_home, places, tools={"exec": {"sandbox": "none"}}, allowUnsandboxedExec=allowed)
     agent = make_agent()
     with caplog.at_level(logging.WARNING, logger="hippobot.server.users"):
         srv = serve(agent=agent, api_key=OWNER_KEY)
