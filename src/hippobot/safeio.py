@@ -111,6 +111,7 @@ def _walk(path: Path | str, root: str, parts: list[str], flags: int, mode: int) 
     todo = list(reversed(parts))
     links = 0
     followed = False
+    target = ""  # the last link's own text, to name it when it leads out
     try:
         while todo:
             name = todo.pop()
@@ -118,7 +119,7 @@ def _walk(path: Path | str, root: str, parts: list[str], flags: int, mode: int) 
                 continue
             if name == "..":
                 if not names:
-                    raise _outside(path, "..", root)
+                    raise _outside(path, target or "..", root)
                 names.pop()
                 os.close(dirs.pop())
                 continue
@@ -136,6 +137,7 @@ def _walk(path: Path | str, root: str, parts: list[str], flags: int, mode: int) 
                     raise OSError(errno.ELOOP, "Too many levels of symbolic links", str(path))
                 target = os.readlink(name, dir_fd=here)
                 followed = True
+                rest = target
                 if os.path.isabs(target):
                     real = os.path.normpath(target)
                     if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
@@ -143,11 +145,11 @@ def _walk(path: Path | str, root: str, parts: list[str], flags: int, mode: int) 
                     while len(dirs) > 1:
                         os.close(dirs.pop())
                     names = []
-                    target = real[len(root.rstrip(os.sep)) + 1 :]
-                todo.extend(reversed(target.split("/")))
+                    rest = real[len(root.rstrip(os.sep)) + 1 :]
+                todo.extend(reversed(rest.split("/")))
                 continue
             if followed and _protected([*names, name]):
-                raise _outside(path, "/".join([*names, name]), root)
+                raise _outside(path, target, root)
             if not last:
                 try:
                     dirs.append(os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=here))
