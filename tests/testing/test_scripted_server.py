@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -224,3 +225,63 @@ def test_stop_wakes_a_pending_hang_and_shuts_down():
     assert not client.is_alive() and len(outcome) == 1
     with pytest.raises(RuntimeError, match="not started"):
         _ = server.base_url
+
+
+def test_a_slow_reply_is_slow_on_the_wire_the_way_local_servers_are():
+    model = ScriptedModel()
+    model.reply("pinged", delay=0.6, keepalive=0.2).reply("silent", delay=0.3).reply("Hello, world", pause=(5, 0.3))
+    arrivals: list[tuple[float, str]] = []
+    with ScriptedServer(model) as server:
+        for _ in range(3):
+            start = time.monotonic()
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body) as response:
+                arrivals.append((time.monotonic() - start, "headers"))
+                for line in response.iter_lines():
+                    if line:
+                        arrivals.append((time.monotonic() - start, line))
+            arrivals.append((0.0, "end"))
+    pinged, silent, paused = _split(arrivals)
+
+    assert pinged[0][0] < 0.15 and [line for _, line in pinged].count(": ping") == 2  # at 0.2 and 0.4 s
+    assert min(t for t, line in pinged if line.startswith("data")) >= 0.55
+    assert silent[0][0] >= 0.25  # nothing at all, headers included, before the first token
+    texts = [(t, json.loads(line[6:])["choices"][0]["delta"].get("content")) for t, line in paused
+             if line.startswith("data: {") and '"content"' in line]
+    shown = ""
+    for t, text in texts:
+        if len(shown) < 5 <= len(shown + (text or "")):
+            at_pause = t
+        shown += text or ""
+        if len(shown) > 5:
+            assert t - at_pause >= 0.25  # silence after the first five characters
+            break
+    assert shown.startswith("Hello, w")
+
+
+def _split(arrivals: list[tuple[float, str]]) -> list[list[tuple[float, str]]]:
+    runs: list[list[tuple[float, str]]] = [[]]
+    for item in arrivals:
+        if item[1] == "end":
+            runs.append([])
+        else:
+            runs[-1].append(item)
+    return runs[:-1]
+
+
+def test_a_single_slot_model_answers_in_turn_and_counts_what_it_held_at_once():
+    model = ScriptedModel(slots=1)
+    model.reply("first", delay=0.4).reply("second")
+    with ScriptedServer(model) as server:
+        first = threading.Thread(target=chat, args=(server,), kwargs={"stream": False})
+        first.start()
+        while not model.requests:
+            time.sleep(0.01)
+        started = time.monotonic()
+        second = chat(server, stream=False)
+        waited = time.monotonic() - started
+        first.join(10)
+
+    assert second.json()["choices"][0]["message"]["content"] == "second"
+    assert waited >= 0.3  # it waited in the server for the first to finish
+    assert model.peak_in_flight == 2 and model.in_flight == 0

@@ -13,6 +13,17 @@ consumes exactly one step:
 * ``hang(seconds)``: no answer for ``seconds`` (a client with a shorter timeout gives up;
   a client still waiting then gets a 504).
 
+A reply may be slow the way local models are: ``delay`` seconds before its first token (the
+model reading the prompt), nothing sent meanwhile (llama.cpp's server, Ollama) or, with
+``keepalive``, the response headers at once and an SSE comment every ``keepalive`` seconds
+(llama-cpp-python's server pings every 15 s); ``pause=(chars, seconds)`` stops the stream for
+``seconds`` after its first ``chars`` characters.
+
+A single-slot server: ``ScriptedModel(slots=1)`` answers one request at a time, later ones
+wait their turn inside the server (like llama-cpp-python with ``interrupt_requests`` off);
+:attr:`ScriptedModel.peak_in_flight` is the most requests it ever had at once, waiting or
+answered.
+
 Embeddings (``POST /v1/embeddings`` over HTTP) are not queued: set
 :attr:`ScriptedModel.embedding` to a function from text to vector (``None`` answers 404),
 :attr:`ScriptedModel.embedding_delay` to make each call slow, and read
@@ -97,10 +108,13 @@ class ScriptedCall:
 
 @dataclass(frozen=True, slots=True)
 class FallbackReply:
-    """What a ``fallback`` may return instead of plain text: text and tool calls."""
+    """What a ``fallback`` may return instead of plain text: text and tool calls, and how
+    slowly they come (``delay``, ``keepalive``: see :meth:`ScriptedModel.reply`)."""
 
     text: str = ""
     tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()
+    delay: float = 0.0
+    keepalive: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +122,9 @@ class _Reply:
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
     finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
+    delay: float = 0.0  # seconds before the first token
+    keepalive: float | None = None  # headers at once, then an SSE comment this often
+    pause: tuple[int, float] | None = None  # (after this many characters, seconds of silence)
 
     def finish(self) -> str:
         """The OpenAI finish reason this reply reports."""
@@ -161,8 +178,12 @@ _CUT_FILLER = _Reply(text="partial output that will never be finished " * 4)
 class ScriptedModel:
     """The script and the record of one fake model. Thread-safe; see the module docstring."""
 
-    def __init__(self, *, model_name: str = "scripted-model") -> None:
+    def __init__(self, *, model_name: str = "scripted-model", slots: int | None = None) -> None:
         self.model_name = model_name
+        self.slots = slots
+        self._slot = threading.BoundedSemaphore(slots) if slots else None
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self.fallback: Callable[[RecordedRequest], str | FallbackReply] | None = None
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
@@ -181,15 +202,27 @@ class ScriptedModel:
             self._queue.append(step)
         return self
 
-    def reply(self, text: str, *, finish_reason: str | None = None) -> ScriptedModel:
-        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short."""
-        return self._push(_Reply(text=text, finish_reason=finish_reason))
+    def reply(
+        self, text: str, *, finish_reason: str | None = None, delay: float = 0.0,
+        keepalive: float | None = None, pause: tuple[int, float] | None = None,
+    ) -> ScriptedModel:
+        """Queue a plain text answer; ``finish_reason="length"`` reports it as cut short.
+
+        ``delay``: seconds before the first token, nothing sent meanwhile, or with
+        ``keepalive`` the headers at once and an SSE comment every ``keepalive`` seconds;
+        ``pause=(chars, seconds)``: silence for ``seconds`` after the first ``chars``
+        characters."""
+        return self._push(_Reply(text=text, finish_reason=finish_reason, delay=delay,
+                                 keepalive=keepalive, pause=pause))
 
     def reply_tool_call(
-        self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = ""
+        self, name: str, args: dict[str, Any] | str, id: str | None = None, *, text: str = "",
+        delay: float = 0.0, keepalive: float | None = None,
     ) -> ScriptedModel:
-        """Queue an answer with one tool call; ``str`` args are sent verbatim."""
-        return self._push(_Reply(text=text, tool_calls=(self._call(name, args, id),)))
+        """Queue an answer with one tool call; ``str`` args are sent verbatim (``delay``,
+        ``keepalive``: as for :meth:`reply`)."""
+        return self._push(_Reply(text=text, tool_calls=(self._call(name, args, id),),
+                                 delay=delay, keepalive=keepalive))
 
     def reply_tool_calls(
         self, calls: list[tuple[str, dict[str, Any] | str]], *, text: str = ""
@@ -237,6 +270,21 @@ class ScriptedModel:
 
     # --- serving (used by ScriptedProvider and ScriptedServer) -----------------------
 
+    def arrive(self) -> None:
+        """A request came in: count it, then wait for a free slot (``slots``)."""
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if self._slot is not None:
+            self._slot.acquire()
+
+    def leave(self) -> None:
+        """The request's answer is over (sent, or its client gone)."""
+        if self._slot is not None:
+            self._slot.release()
+        with self._lock:
+            self.in_flight -= 1
+
     def take(self, request: RecordedRequest) -> Plan:
         """Record ``request`` and consume the step that answers it."""
         with self._lock:
@@ -257,6 +305,7 @@ class ScriptedModel:
                 step = _Reply(
                     text=answer.text,
                     tool_calls=tuple(self._call(n, a, None) for n, a in answer.tool_calls),
+                    delay=answer.delay, keepalive=answer.keepalive,
                 )
             else:
                 step = _Reply(text=answer)
@@ -368,7 +417,15 @@ class ScriptedProvider:
             for piece in split_text(plan.reply.text[: step.after_chars]):
                 yield TextDelta(piece)
             raise _errors.interrupted(ep, "connection closed")
-        for piece in split_text(plan.reply.text):
+        reply = plan.reply
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        at, silence = reply.pause or (len(reply.text), 0.0)
+        for piece in split_text(reply.text[:at]):
+            yield TextDelta(piece)
+        if silence:
+            await asyncio.sleep(silence)
+        for piece in split_text(reply.text[at:]):
             yield TextDelta(piece)
         for call in plan.reply.tool_calls:
             yield ToolCallEvent(call.id, call.name, call.arguments)

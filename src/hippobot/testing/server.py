@@ -4,7 +4,9 @@ The real OpenAI and Anthropic SDKs talk to it exactly as they would to the vendo
 OpenAI chat-completions API under ``/v1`` (``base_url``) and the Anthropic messages API
 (``anthropic_base_url``; the SDK appends ``/v1/messages``). Streams are sent with chunked
 transfer encoding, so a scripted cut is a socket closed before the final chunk, which the
-client sees as an incomplete body, as with a real dropped connection.
+client sees as an incomplete body, as with a real dropped connection. A slow reply
+(``delay``, ``keepalive``, ``pause``) is slow on the wire: silence, or the headers and SSE
+comments while the scripted model "reads the prompt".
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from hippobot.testing.scripted import (
 __all__ = ["ScriptedServer", "anthropic_to_openai"]
 
 _MALFORMED = b'{"id": "scripted", "choices": [ this is not JSON'
+_PAUSE = "\x00pause"  # a frame that is not sent: the stream goes silent there (reply.pause)
 
 
 def malformed_tool_calls(messages: object) -> str | None:
@@ -68,9 +71,19 @@ def _pieces(reply: _Reply, budget: int | None) -> tuple[list[_Piece], bool]:
     out. Returns (pieces, complete)."""
     out: list[_Piece] = []
     left = budget
+    pause_in = reply.pause[0] if reply.pause else None  # characters before the pause
 
     def take(kind: str, text: str, index: int = 0) -> bool:
-        nonlocal left
+        nonlocal left, pause_in
+        if pause_in is not None and len(text) >= pause_in:
+            head, text, pause_in = text[:pause_in], text[pause_in:], None
+            if head and not take(kind, head, index):
+                return False
+            out.append(_Piece("pause"))
+            if not text:
+                return True
+        elif pause_in is not None:
+            pause_in -= len(text)
         if left is not None and len(text) > left:
             if left:
                 out.append(_Piece(kind, text[:left], index))
@@ -155,7 +168,9 @@ def _openai_chunks(plan: Plan, model: str, *, budget: int | None, usage: bool) -
     yield chunk({"role": "assistant", "content": ""})
     pieces, complete = _pieces(plan.reply, budget)
     for p in pieces:
-        if p.kind == "text":
+        if p.kind == "pause":
+            yield _PAUSE
+        elif p.kind == "text":
             yield chunk({"content": p.text})
         elif p.kind == "tool_start" and p.call is not None:
             start = {
@@ -231,6 +246,9 @@ def _anthropic_events(plan: Plan, model: str, *, budget: int | None) -> Iterator
     text_open = False
     offset = 1 if plan.reply.text else 0  # tool blocks come after the text block
     for p in pieces:
+        if p.kind == "pause":
+            yield _PAUSE
+            continue
         if p.kind == "text":
             if not text_open:
                 yield event(
@@ -396,9 +414,13 @@ class _Handler(BaseHTTPRequestHandler):
         if problem:  # what a real endpoint answers, instead of a model reply
             self._json(400, openai_error_body(400, problem))
             return
-        recorded = self._record(api, body)
-        plan = self.server.model.take(recorded)
-        self._answer(api, plan, body)
+        model = self.server.model
+        model.arrive()  # waits for a free slot when the model has few
+        try:
+            plan = model.take(self._record(api, body))
+            self._answer(api, plan, body)
+        finally:
+            model.leave()
 
     def _embeddings(self, raw: bytes) -> None:
         model = self.server.model
@@ -476,7 +498,13 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._whole(api, plan, body, budget)
 
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless the server stops first (then False)."""
+        return not self.server.stopping.wait(seconds) if seconds > 0 else True
+
     def _whole(self, api: str, plan: Plan, body: dict[str, Any], budget: int | None) -> None:
+        if not self._wait(plan.reply.delay + (plan.reply.pause[1] if plan.reply.pause else 0.0)):
+            return
         model = str(body.get("model", ""))
         payload = (
             _anthropic_message(plan, model) if api == "anthropic" else _openai_message(plan, model)
@@ -500,19 +528,41 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             frames = _openai_chunks(plan, model, budget=budget, usage=include)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for frame in frames:
-            data = frame.encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        if budget is not None:
-            self.close_connection = True  # no terminating chunk: the body is incomplete
-            return
-        self.wfile.write(b"0\r\n\r\n")
+        reply = plan.reply
+        try:
+            if reply.keepalive is None and not self._wait(reply.delay):
+                return  # reading the prompt in silence (llama.cpp's server, Ollama)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if reply.keepalive is not None:  # headers first, then pings (llama-cpp-python)
+                self.wfile.flush()
+                end = time.monotonic() + reply.delay
+                while (left := end - time.monotonic()) > 0:
+                    if not self._wait(min(reply.keepalive, left)):
+                        return
+                    if end - time.monotonic() > 0:
+                        self._chunk(": ping\n\n")
+            for frame in frames:
+                if frame == _PAUSE:
+                    self.wfile.flush()
+                    if not self._wait(reply.pause[1] if reply.pause else 0.0):
+                        return
+                    continue
+                self._chunk(frame)
+            if budget is not None:
+                self.close_connection = True  # no terminating chunk: the body is incomplete
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client gave up (a timeout test): nothing left to tell it
+            self.close_connection = True
+
+    def _chunk(self, frame: str) -> None:
+        data = frame.encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, "application/json", json.dumps(payload).encode(), headers)
@@ -536,8 +586,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, model: ScriptedModel) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, model: ScriptedModel, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.model = model
         self.stopping = threading.Event()
         self._conns: set[socket.socket] = set()
@@ -582,14 +632,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class ScriptedServer:
-    """Serves ``model`` on ``127.0.0.1:<free port>`` from a daemon thread.
+    """Serves ``model`` on ``127.0.0.1:<free port>`` (or ``port``) from a daemon thread.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. Stopping wakes any
     scripted hang and closes open keep-alive connections, so it returns promptly.
     """
 
-    def __init__(self, model: ScriptedModel) -> None:
+    def __init__(self, model: ScriptedModel, port: int = 0) -> None:
         self.model = model
+        self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -611,7 +662,7 @@ class ScriptedServer:
 
     def start(self) -> ScriptedServer:
         if self._server is None:
-            self._server = _Server(self.model)
+            self._server = _Server(self.model, self._port)
             self._thread = threading.Thread(
                 target=self._server.serve_until_stopped, name="scripted-model-server", daemon=True,
             )
