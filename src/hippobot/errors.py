@@ -3,8 +3,8 @@
 * :class:`UserError` – the user must fix something (configuration, bad input). The
   message is one line that says what to do; the CLI prints it and exits non-zero.
 * :class:`ProviderError` – the model endpoint failed. Subclasses carry the fields a
-  retry policy reads (``status``, ``retry_after``, ``retryable``); nothing in hippobot
-  decides a retry by matching substrings of a message.
+  retry policy reads (``status``, ``retry_after``, ``retryable``, ``in_flight``); nothing in
+  hippobot decides a retry by matching substrings of a message.
 * :class:`ToolError` – a tool could not do what the model asked. The agent loop turns
   it into a tool result the model can read; it never ends a turn.
 * :class:`StorageError` – the disk refused a write (full, read-only); the message
@@ -73,9 +73,15 @@ class NoModelConfiguredError(UserError):
 
 
 class ProviderError(HippobotError):
-    """The model endpoint failed. ``retryable`` is what the retry policy reads."""
+    """The model endpoint failed. ``retryable`` is what the retry policy reads.
+
+    ``in_flight``: the endpoint may still be working on the request (it was sent, and no
+    answer says it stopped: a timeout waiting for the reply, a stream cut part-way). A
+    connection that failed, or an error status, means no work is going on any more. Each
+    class has its usual value; the code raising it may say otherwise."""
 
     retryable: bool = False
+    in_flight: bool = False
 
     def __init__(
         self,
@@ -84,11 +90,14 @@ class ProviderError(HippobotError):
         status: int | None = None,
         retry_after: float | None = None,
         provider: str | None = None,
+        in_flight: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
         self.provider = provider
+        if in_flight is not None:
+            self.in_flight = in_flight
 
 
 class AuthError(ProviderError):
@@ -119,6 +128,7 @@ class ProviderTimeoutError(ProviderError):
     """The endpoint did not answer in time."""
 
     retryable = True
+    in_flight = True
 
 
 class EndpointUnreachableError(ProviderError):
@@ -131,12 +141,14 @@ class MalformedResponseError(ProviderError):
     """The endpoint answered something that is not a valid response body."""
 
     retryable = True
+    in_flight = True
 
 
 class StreamInterruptedError(ProviderError):
     """A streamed reply stopped before its end."""
 
     retryable = True
+    in_flight = True
 
 
 # --- a tool failed ----------------------------------------------------------------

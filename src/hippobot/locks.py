@@ -9,7 +9,9 @@ purpose ``filelock`` package costs about 0.3–0.5 ms per acquire/release here, 
   processes through ``flock`` on one descriptor held while the lock is held.
 * :func:`acquire_async` / :func:`locked_async` — for coroutines: polls a non-blocking ``flock`` with ``asyncio.sleep`` so
   the event loop is never blocked; not re-entrant (callers serialise per key with an
-  ``asyncio.Lock`` first).
+  ``asyncio.Lock`` first). ``shared=True`` takes a shared lock: any number of shared holders
+  at once, none while someone holds it exclusively (how "a chat is waiting" is told to
+  background work, :mod:`hippobot.providers.serial`).
 * :class:`PathLock` — one or several of these locks (taken in sorted order, so two holders
   of overlapping sets never deadlock) usable both ways: ``with`` in a worker thread,
   ``async with`` on the event loop. This is the one lock API for files several writers
@@ -77,9 +79,9 @@ def _open(path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
 
-def _try_flock(fd: int) -> bool:
+def _try_flock(fd: int, shared: bool = False) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False
@@ -139,11 +141,13 @@ class HeldLock:
             release()
 
 
-async def acquire_async(path: Path | str, timeout: float = -1, poll: float = 0.05) -> HeldLock:
+async def acquire_async(
+    path: Path | str, timeout: float = -1, poll: float = 0.05, *, shared: bool = False
+) -> HeldLock:
     """Take the lock on ``path`` without blocking the event loop. With ``timeout`` ≥ 0 it
     raises :class:`LockTimeout` when the time runs out (0: try once). Not re-entrant: callers
-    serialise per key with an ``asyncio.Lock`` first. An ``OSError`` creating the lock file
-    propagates."""
+    serialise per key with an ``asyncio.Lock`` first. ``shared``: a shared lock (without
+    ``fcntl`` it is exclusive). An ``OSError`` creating the lock file propagates."""
     deadline = None if timeout < 0 else time.monotonic() + timeout
     if fcntl is None:  # pragma: no cover
         import filelock
@@ -159,7 +163,7 @@ async def acquire_async(path: Path | str, timeout: float = -1, poll: float = 0.0
                 await asyncio.sleep(poll)
     fd = _open(str(path))
     try:
-        while not _try_flock(fd):
+        while not _try_flock(fd, shared):
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockTimeout(str(path))
             await asyncio.sleep(poll)

@@ -15,6 +15,10 @@ Locks (all under ``.hippobot/locks/``; :mod:`hippobot.locks` takes them):
 * ``files/<sha>.lock`` — every read-modify-write of one file the agent edits (memory files,
   prompts, project files): ``edit_file``/``write_file``, Dream applying its edits, a
   restore, a chat commit. Order: file locks (sorted by path) before ``git.lock``.
+
+The home (:class:`Home`) names what every workspace of one hippobot home shares: the locks
+that let one request at a time reach a local model endpoint, whichever workspace, ``serve``
+user or process sends it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path, PurePath
 
 from hippobot.locks import PathLock, many
 
-__all__ = ["MEMORY_FILES", "VERSIONED_FILES", "Workspace"]
+__all__ = ["MEMORY_FILES", "VERSIONED_FILES", "EndpointFiles", "Home", "Workspace"]
 
 #: The durable memory files Dream edits, relative to the workspace (SPEC 3.3).
 MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
@@ -158,3 +162,42 @@ class Workspace:
         if not self.locks_dir.is_dir():
             return []
         return sorted(p for p in self.locks_dir.rglob("*.lock") if p.is_file())
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointFiles:
+    """The files that let one request at a time reach one endpoint (:mod:`hippobot.providers.serial`).
+
+    ``slot`` is held (exclusively) by the request being sent; ``chats`` is held shared by every
+    chat that waits for the endpoint or uses it, which background work reads as "wait";
+    ``holder`` (not a lock) says who holds the slot, for "queued behind Dream"."""
+
+    slot: Path
+    chats: Path
+    holder: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Home:
+    """Paths of a hippobot home (``~/.hippobot`` or ``$HIPPOBOT_HOME``) shared by all its
+    workspaces. Pure naming: nothing is created or read here.
+
+    Locks (under ``locks/``): ``endpoint-<sha>.lock``, ``.chats`` and ``.holder`` per model
+    endpoint (:class:`EndpointFiles`)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / "locks"
+
+    def endpoint(self, key: str) -> EndpointFiles:
+        """The files of the endpoint known by ``key`` (its normalised address)."""
+        stem = self.locks_dir / f"endpoint-{_digest(key)}"
+        return EndpointFiles(
+            slot=stem.with_suffix(".lock"), chats=stem.with_suffix(".chats"),
+            holder=stem.with_suffix(".holder"),
+        )

@@ -1,5 +1,5 @@
-"""The terminal tells the truth: Markdown is rendered in chat, a spinner shows the model is
-working (on stderr, only on a terminal), slash commands ignore case, /status and /context
+"""The terminal tells the truth: Markdown is rendered in chat, a live line shows what the
+model is doing (on stderr, only on a terminal), slash commands ignore case, /status and /context
 agree, and listings describe what the user just did. Real `hippobot` processes, some of
 them on a pseudo-terminal, against the scripted model over HTTP."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -66,7 +67,7 @@ def _reap(pid: int, timeout: float = 15.0) -> int | None:
 
 
 def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_home, scripted_server, scripted_model):
-    scripted_model.reply("This is **bold** and `code`.")
+    scripted_model.reply("This is **bold** and `code`.", delay=0.5)
     pid, fd = pty.fork()
     if pid == 0:  # the child: hippobot on a terminal (never returns into pytest)
         try:
@@ -91,6 +92,7 @@ def test_interactive_chat_renders_markdown_and_shows_it_is_thinking(hippobot_hom
     assert exit_code == 0, "Ctrl-D at the prompt ends the chat"
     out = seen.decode("utf-8", "replace")
     assert "thinking…" in out
+    assert re.search(r"waiting for scripted-model · [\d,]+ tokens · 0 s", out)  # what it waits on
     assert "\x1b[1mbold\x1b[0m" in out  # rendered bold, not asterisks
     assert "Commands:" in out  # /HELP is /help, not a message for the model
     assert len(scripted_model.requests) == 1

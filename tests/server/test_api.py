@@ -88,8 +88,9 @@ def test_tool_steps_run_on_the_server_and_are_not_sent_as_tool_calls(serve, scri
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_retried_model_stream_is_not_shown_twice(serve, scripted_model):
-    srv = serve()
+def test_a_retried_model_stream_is_not_shown_twice(serve, make_agent, scripted_model):
+    # A remote API's cut stream is sent again (a local one's is not: tests/providers/test_serial.py).
+    srv = serve(agent=make_agent(serial_requests="off"))
     reply = "The quick brown fox jumps over the lazy dog."
     scripted_model.cut_stream(12).reply(reply)  # the first attempt dies after 12 characters
 
@@ -160,8 +161,9 @@ async def test_fifty_concurrent_requests_across_ten_sessions_lose_nothing(serve,
         ]
 
 
-async def test_a_slow_model_call_does_not_block_other_sessions(serve, scripted_model, aclient):
-    srv = serve()
+async def test_a_slow_model_call_does_not_block_other_sessions(serve, make_agent, scripted_model, aclient):
+    # An endpoint that serves many requests at once (a local one takes them in turn).
+    srv = serve(agent=make_agent(serial_requests="off"))
     release = threading.Event()
 
     def answer(req):

@@ -51,10 +51,11 @@ def test_a_retry_that_arrives_anyway_gets_the_same_error_without_a_new_turn(serv
 
 
 def test_sdk_retries_of_a_slow_turn_join_it_and_a_late_retry_gets_the_same_reply(
-    serve, scripted_model
+    serve, make_agent, scripted_model
 ):
-    srv = serve()
-    # The first upstream call hangs (then 504s, and hippobot's provider tries again).
+    # The first upstream call hangs (then a gateway's 504, and hippobot's provider tries again:
+    # a remote API's; a local endpoint's request is never sent twice).
+    srv = serve(agent=make_agent(serial_requests="off"))
     scripted_model.hang(2.5).reply("Noted: your boat is Wren.")
 
     impatient = sdk(srv, timeout=0.3)

@@ -158,6 +158,8 @@ class Agent:
             text_tool_calls=defaults.text_tool_calls,
             usage=UsageLedger.for_workspace(self.workspace),
             estimate=lambda r: tokens.count_messages(r.messages) + tokens.count_tools(r.tools),
+            home=settings.home,
+            serial_requests=defaults.serial_requests,
         )
         self._registries: OrderedDict[str, ToolRegistry] = OrderedDict()  # LRU, bounded
         self.prompts = PromptAssembler(
@@ -392,6 +394,8 @@ class Agent:
                 temperature=self.limits.temperature,
                 max_tool_result_chars=self.limits.max_tool_result_chars,
                 stop=tuple(stop),
+                # for "waiting for <model> · N tokens": an estimate, no tokenizer tables loaded
+                prompt_size=lambda r: tokens.estimate_messages(r.messages) + tokens.estimate_tools(r.tools),
             )
 
             before: dict[str, bytes] | None = None  # versioned files before the first write
@@ -410,7 +414,8 @@ class Agent:
                 return stored
 
             try:
-                result = await runner.run(request.messages, persist, on_event)
+                async with self.llm.chat_turn():  # background model requests wait meanwhile
+                    result = await runner.run(request.messages, persist, on_event)
             except ProviderError as exc:  # an endpoint may echo the key it rejected
                 exc.args = (self.redact(str(exc)), *exc.args[1:])
                 raise

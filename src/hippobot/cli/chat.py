@@ -2,7 +2,10 @@
 
 Interactive chat renders the reply as Markdown (rich) while it streams; ``-m`` and piped
 input print the reply's plain text, so scripts get exactly what the model wrote. While the
-model works, a "thinking…" spinner runs on stderr, and only when stderr is a terminal.
+turn waits on the model, a live line on stderr (only when stderr is a terminal) says so:
+``waiting for qwen2.5-coder-1.5b · 2,140 tokens · 37 s``, ``queued behind Dream · 12 s``
+when another request of this hippobot home has the endpoint, ``retrying in 2 s · attempt 2
+of 4`` after a failure, which also stays on the screen as a line of its own with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from hippobot.errors import HippobotError, ProviderError, UserError
 from hippobot.loop.events import (
     AgentEvent,
+    ModelRetry,
+    ModelWaiting,
     Notice,
     ReplyDelta,
     ReplyDone,
@@ -36,20 +41,83 @@ _EXIT_WORDS = {"exit", "quit", ":q", "/exit", "/quit"}
 _DIM, _RESET, _YELLOW = "\033[2m", "\033[0m", "\033[33m"
 
 
-class _Spinner:
-    """A "thinking…" line on stderr while the model works; nothing when ``enabled`` is off."""
+def _seconds(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
 
-    def __init__(self, err: TextIO, *, enabled: bool) -> None:
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+class _Progress:
+    """The live line on stderr while a turn waits on the model; nothing when ``enabled`` is
+    off. Its text is computed at each redraw (rich refreshes it several times a second), so
+    the seconds count without a timer of our own."""
+
+    def __init__(self, err: TextIO, *, enabled: bool, clock: Callable[[], float] = time.monotonic) -> None:
         self._status: Any = None
         self._console: Any = None
+        self._clock = clock
+        self._state = "thinking"
+        self._since = clock()
+        self._model, self._tokens, self._behind = "", 0, ""
+        self._retry = (0, 0)  # attempt, attempts
         if enabled:
             from rich.console import Console
 
             self._console = Console(file=err, force_terminal=True, highlight=False)
 
+    # --- what the line says ---
+
+    def text(self) -> str:
+        now = self._clock()
+        if self._state == "retrying":
+            left = self._since - now
+            if left > 0:
+                attempt, attempts = self._retry
+                return f"retrying in {_duration(left + 0.999)} · attempt {attempt} of {attempts}"
+            self._state = "waiting"  # the retry went out when the wait ended
+        elapsed = _duration(now - self._since)
+        if self._state == "queued":
+            return f"queued behind {self._behind} · {elapsed}"
+        if self._state == "waiting":
+            size = f" · {self._tokens:,} tokens" if self._tokens else ""
+            return f"waiting for {self._model}{size} · {elapsed}"
+        if self._state == "receiving":
+            return f"receiving the reply from {self._model} · {elapsed}"
+        return "thinking…"
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.text())  # not markup: a model name may hold brackets
+
+    def thinking(self) -> None:
+        self._state, self._since = "thinking", self._clock()
+
+    def waiting(self, ev: ModelWaiting) -> None:
+        self._model, self._tokens = ev.model, ev.prompt_tokens
+        self._state = "queued" if ev.behind else "waiting"
+        self._behind = ev.behind or ""
+        self._since = self._clock()
+
+    def retrying(self, ev: ModelRetry) -> None:
+        self._state, self._since, self._retry = "retrying", self._clock() + ev.wait, (ev.attempt, ev.attempts)
+
+    def receiving(self) -> None:
+        if self._state != "receiving":
+            self._state = "receiving"  # the time keeps counting from the request
+
+    # --- showing it ---
+
+    @property
+    def enabled(self) -> bool:
+        return self._console is not None
+
     def start(self) -> None:
         if self._console is not None and self._status is None:
-            self._status = self._console.status("thinking…", spinner="dots")
+            self._status = self._console.status(self, spinner="dots")
             self._status.start()
 
     def stop(self) -> None:
@@ -116,19 +184,20 @@ class _Markdown:
 
 
 class _Printer:
-    """Streams reply text to ``out``; tool steps and notices go to ``err`` as dim lines.
+    """Streams reply text to ``out``; tool steps, retries and notices go to ``err`` as dim
+    lines, and ``progress`` shows the wait on the model.
 
     With ``markdown``, the streamed reply is rendered as Markdown instead of raw text.
     """
 
     def __init__(
         self, out: TextIO, err: TextIO, *, stream: bool, color: bool,
-        markdown: _Markdown | None = None, spinner: _Spinner | None = None,
+        markdown: _Markdown | None = None, progress: _Progress | None = None,
         on_done: Callable[[str], None] | None = None,
     ) -> None:
         self.out, self.err, self.stream, self.color = out, err, stream, color
         self.markdown = markdown
-        self.spinner = spinner or _Spinner(err, enabled=False)
+        self.progress = progress or _Progress(err, enabled=False)
         self.on_done = on_done  # shows the final reply the moment the session holds it
         self.streamed = False
         self.replied = False  # the final reply was shown as it streamed
@@ -144,18 +213,26 @@ class _Printer:
         self.streamed = False
 
     def begin(self) -> None:
-        """A turn starts: show that the model is working."""
+        """A turn starts: show that it is working."""
         self.replied = False
-        self.spinner.start()
+        self.progress.thinking()
+        self.progress.start()
 
     def finish(self) -> None:
-        """The turn ended (reply, error or cancel): stop the spinner and close the reply."""
-        self.spinner.stop()
+        """The turn ended (reply, error or cancel): stop the progress line, close the reply."""
+        self.progress.stop()
         if self.streamed:
             self._end_stream()
 
     def __call__(self, ev: AgentEvent) -> None:
-        self.spinner.stop()
+        if isinstance(ev, ModelWaiting):
+            self.progress.waiting(ev)
+            self.progress.start()
+            return
+        if isinstance(ev, ReplyDelta) and not self.stream:
+            self.progress.receiving()  # nothing is shown before the end: keep counting
+            return
+        self.progress.stop()
         if isinstance(ev, ReplyDone):
             if self.on_done is not None:
                 self.on_done(ev.text)
@@ -179,7 +256,16 @@ class _Printer:
         elif isinstance(ev, ToolFinished):
             if not ev.ok:
                 self.err.write(self._dim(f"  ✗ {ev.name} failed") + "\n")
-            self.spinner.start()  # the model reads the result next
+            self.progress.thinking()
+            self.progress.start()  # the model reads the result next
+        elif isinstance(ev, ModelRetry):
+            if self.progress.enabled:  # elsewhere the final error says "after N attempts"
+                self.err.write(self._dim(
+                    f"  ↻ retrying in {_seconds(ev.wait)} s (attempt {ev.attempt} of {ev.attempts}): "
+                    f"{ev.reason}"
+                ) + "\n")
+            self.progress.retrying(ev)
+            self.progress.start()
         elif isinstance(ev, Notice):
             self.err.write(self._dim(f"  · {ev.text}") + "\n")
         self.err.flush()
@@ -215,7 +301,7 @@ async def one_shot(api: Api, key: str, message: str, media: Sequence[str], *, as
         shown.append(reply)
 
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty,
-                       spinner=_Spinner(sys.stderr, enabled=tty), on_done=show)
+                       progress=_Progress(sys.stderr, enabled=tty), on_done=show)
     try:
         result = await _one_turn(api, key, message, media, printer)
         if not shown:  # a slash command: answered without a model turn
@@ -260,7 +346,7 @@ async def interactive(api: Api, key: str) -> int:
     prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home / ".input_history")))
     printer = _Printer(
         sys.stdout, sys.stderr, stream=True, color=True, markdown=_Markdown(sys.stdout),
-        spinner=_Spinner(sys.stderr, enabled=sys.stderr.isatty()),
+        progress=_Progress(sys.stderr, enabled=sys.stderr.isatty()),
     )
     sys.stderr.write(
         f"{_DIM}hippobot — session {key} — /help for commands, Ctrl-D to leave{_RESET}\n"

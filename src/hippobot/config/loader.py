@@ -61,6 +61,7 @@ class ModelTarget:
     api_key: str
     api_base: str | None
     extra_headers: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None  # providers.<name>.timeout; None: the provider's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,4 +421,5 @@ def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelT
         api_key=api_key,
         api_base=api_base,
         extra_headers=dict(pconf.extra_headers),
+        timeout=pconf.timeout,
     )

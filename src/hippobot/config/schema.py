@@ -113,7 +113,13 @@ class AgentDefaults(_Model):
     """AGENTS/SOUL/USER/MEMORY files longer than this are cut with a visible note."""
     text_tool_calls: Literal["auto", "on", "off"] = "auto"
     """Turn tool calls a model writes as text (a JSON block, ``<tool_call>`` tags) into real
-    calls: ``auto`` for local endpoints (ollama, vllm, llamacpp, any localhost URL), ``on``,
+    calls: ``auto`` for local endpoints (ollama, vllm, llamacpp, any loopback or
+    private-network URL), ``on``, ``off``."""
+    serial_requests: Literal["auto", "on", "off"] = "auto"
+    """Send one model request at a time to the endpoint from this hippobot home (every
+    process, workspace and ``serve`` user), chats before background work (consolidation,
+    Dream), never re-sending a request the server may still be working on: ``auto`` for local
+    endpoints (ollama, vllm, llamacpp, any loopback or private-network address), ``on``,
     ``off``."""
     see_other_sessions: bool = True
     """Whether one chat may see other chats: their messages in memory_search, and the durable
@@ -129,6 +135,10 @@ class ProviderConfig(_Model):
     api_key: str | None = None
     api_base: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds without a byte from the endpoint before a request is given up (the wait for
+    the first byte included; not the whole reply). Default 120, or 900 when requests are
+    sent one at a time (``agents.defaults.serialRequests``: local models)."""
 
 
 class ExecConfig(_Model):

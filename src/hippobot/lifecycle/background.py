@@ -2,7 +2,9 @@
 
 Jobs are keyed (one per key at a time: a second request for a running key joins it); errors are
 logged, not raised into the turn that scheduled them. ``drain()`` lets a short-lived process
-(``hippobot agent -m``) finish what it started before it exits.
+(``hippobot agent -m``) finish what it started before it exits. Their model requests are
+background work (:func:`hippobot.providers.serial.background`): on an endpoint that takes one
+request at a time, they wait for every chat.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+
+from hippobot.providers.serial import background
 
 __all__ = ["BackgroundJobs"]
 
@@ -32,7 +36,8 @@ class BackgroundJobs:
 
         async def guarded() -> object:
             try:
-                return await job()
+                with background():
+                    return await job()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a background failure must not take the process down

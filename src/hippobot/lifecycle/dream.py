@@ -49,6 +49,7 @@ from hippobot.messages import Message
 from hippobot.prompts import load, render
 from hippobot.providers.base import ChatRequest, Provider, Usage, collect
 from hippobot.providers.metering import usage_job
+from hippobot.providers.serial import background
 from hippobot.safeio import read_regular
 from hippobot.workspace import MEMORY_FILES, Workspace
 
@@ -276,7 +277,7 @@ class Dream:
                 "nothing was changed"
             ) from exc
         try:
-            with usage_job("dream"):
+            with usage_job("dream"), background():  # a chat never waits for more than one request
                 result = await self._run(dry_run)
         finally:
             held.release()

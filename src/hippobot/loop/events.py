@@ -8,6 +8,8 @@ from dataclasses import dataclass
 __all__ = [
     "AgentEvent",
     "EventSink",
+    "ModelRetry",
+    "ModelWaiting",
     "Notice",
     "ReplyDelta",
     "ReplyDone",
@@ -59,5 +61,30 @@ class Notice:
     level: str = "info"
 
 
-AgentEvent = ReplyDelta | ReplyDone | ReplyRestart | ToolStarted | ToolFinished | Notice
+@dataclass(frozen=True, slots=True)
+class ModelWaiting:
+    """The turn now waits on the model ``model`` with a prompt of about ``prompt_tokens``
+    tokens (0: not counted); with ``behind``, the request is not sent yet: it waits for the
+    one of this hippobot home that is using the endpoint (``"Dream"``, ``"a chat"``...).
+    Sent again when that changes; the first reply text or tool step ends the wait."""
+
+    model: str
+    prompt_tokens: int = 0
+    behind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRetry:
+    """The model request failed with ``reason`` and is sent again in ``wait`` seconds, as
+    attempt ``attempt`` of at most ``attempts``."""
+
+    attempt: int
+    attempts: int
+    wait: float
+    reason: str
+
+
+AgentEvent = (
+    ReplyDelta | ReplyDone | ReplyRestart | ToolStarted | ToolFinished | Notice | ModelWaiting | ModelRetry
+)
 EventSink = Callable[[AgentEvent], None]

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from hippobot.loop.events import (
     EventSink,
+    ModelRetry,
+    ModelWaiting,
     Notice,
     ReplyDelta,
     ReplyRestart,
@@ -25,7 +27,10 @@ from hippobot.messages import Message, ToolCall, wire_message
 from hippobot.providers.base import (
     ChatRequest,
     Provider,
+    Queued,
     Restart,
+    Retrying,
+    Started,
     StreamEvent,
     TextDelta,
     Usage,
@@ -98,6 +103,8 @@ class Runner:
     temperature: float | None = None
     max_tool_result_chars: int = 16_000
     stop: tuple[str, ...] = ()
+    # The prompt's size in tokens, for the progress a front end shows (None: not counted).
+    prompt_size: Callable[[ChatRequest], int] | None = None
 
     async def run(
         self,
@@ -124,7 +131,9 @@ class Runner:
                 temperature=self.temperature,
                 stop=self.stop,
             )
-            response = await collect(self.provider.stream(request), _forward(emit))
+            size = self.prompt_size(request) if self.prompt_size is not None else 0
+            emit(ModelWaiting(self.model, size))
+            response = await collect(self.provider.stream(request), _forward(emit, self.model, size))
             result.requests += 1
             if response.usage is not None:
                 result.usage = response.usage
@@ -188,11 +197,17 @@ def _add(a: Usage, b: Usage) -> Usage:
     )
 
 
-def _forward(emit: EventSink) -> Callable[[StreamEvent], None]:
+def _forward(emit: EventSink, model: str, size: int) -> Callable[[StreamEvent], None]:
     def on_event(ev: StreamEvent) -> None:
         if isinstance(ev, TextDelta):
             emit(ReplyDelta(ev.text))
         elif isinstance(ev, Restart):
             emit(ReplyRestart(ev.error))
+        elif isinstance(ev, Queued):
+            emit(ModelWaiting(model, size, behind=ev.behind))
+        elif isinstance(ev, Started):
+            emit(ModelWaiting(model, size))
+        elif isinstance(ev, Retrying):
+            emit(ModelRetry(ev.attempt, ev.attempts, ev.wait, ev.reason))
 
     return on_event

@@ -191,8 +191,11 @@ def from_status(
             **fields,
         )
     if status in (408, 504):
+        # 408: the server gave up waiting for the request; 504: a gateway gave up waiting for
+        # the server behind it, which may still be computing the answer.
         return ep.make(
-            ProviderTimeoutError, f"{ep.api_base} timed out ({detail}): try again later", **fields
+            ProviderTimeoutError, f"{ep.api_base} timed out ({detail}): try again later",
+            in_flight=status == 504, **fields,
         )
     if status >= 500:
         return ep.make(
@@ -222,11 +225,20 @@ def from_status(
     )
 
 
-def timed_out(ep: Endpoint) -> ProviderError:
+def timed_out(ep: Endpoint, *, in_flight: bool = True) -> ProviderError:
+    """Nothing arrived for ``ep.timeout`` seconds. ``in_flight``: the request had been sent
+    (the server may still be working on it); otherwise the connection was never made."""
+    if not in_flight:
+        return ep.make(
+            ProviderTimeoutError,
+            f"could not connect to {ep.api_base} within {ep.timeout:g}s: is the server running? "
+            f"check HIPPOBOT_API_BASE / providers.{ep.name}.apiBase",
+            in_flight=False,
+        )
     return ep.make(
         ProviderTimeoutError,
-        f"no answer from {ep.api_base} within {ep.timeout:g}s: try again, or raise the "
-        "timeout if the model is slow",
+        f"no answer from {ep.api_base} within {ep.timeout:g}s: try again, or raise "
+        f"providers.{ep.name}.timeout if the model is slow",
     )
 
 
@@ -279,14 +291,20 @@ def interrupted(ep: Endpoint, reason: str) -> ProviderError:
 
 
 def transport_error(ep: Endpoint, exc: BaseException, *, streaming: bool) -> ProviderError | None:
-    """Map an HTTP-client (httpx) or decoding exception; None when it is not one of those."""
+    """Map an HTTP-client (httpx) or decoding exception; None when it is not one of those.
+
+    ``streaming``: the response had begun. A connection closed before any of it is
+    unreachable (nothing is computing it: the server hung up without answering); one closed
+    part-way is an interrupted stream, which the server may still be producing."""
     import json
 
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return malformed(ep)
     names = {cls.__name__ for cls in type(exc).__mro__}
     if "TimeoutException" in names or isinstance(exc, TimeoutError):
-        return timed_out(ep)
+        # Connecting, waiting for a pooled connection or writing the body: the server never
+        # had the whole request. Reading: it had it, and may still be working on it.
+        return timed_out(ep, in_flight=not ({"ConnectTimeout", "PoolTimeout", "WriteTimeout"} & names))
     if streaming and ({"RemoteProtocolError", "ReadError"} & names):
         return interrupted(ep, "connection closed")
     if {"TransportError", "NetworkError"} & names or isinstance(exc, OSError):

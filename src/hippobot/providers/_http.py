@@ -9,9 +9,15 @@ response. Nothing here knows a vendor's format.
   them, and one more for plain-``http`` endpoints, which never pay for loading the
   certificate store), shared by every provider, made on the first request; the TLS one uses
   the process's one TLS context. They are closed when the last provider using them is.
-* **Timeouts count from the last byte:** ``timeout`` bounds connecting, sending, and each wait
-  for the next piece of the response, not the whole reply, so a slow model that keeps
-  streaming is never cut off.
+* **Timeouts count from the last byte:** ``timeout`` bounds sending and each wait for the
+  next piece of the response (the status line, each chunk, each keep-alive comment), not the
+  whole reply, so a slow model that keeps streaming, or a server that keeps the connection
+  alive while it reads a long prompt, is never cut off; connecting takes at most
+  :data:`CONNECT_TIMEOUT_S` of it.
+* **Errors say whether the server may still be working** (``ProviderError.in_flight``): a
+  connection that failed or an error status means it is not; a timeout after the request was
+  sent, or a stream cut part-way, means it may be (the retry policy never re-sends those to
+  an endpoint that works on one request at a time).
 * **A cancelled or abandoned request closes its connection** (httpx does not put a
   connection whose response was not read to the end back in the pool), so the next request
   can never read a stale answer.
@@ -42,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["SSE", "decode", "open_stream", "release", "tls_context"]
 
 USER_AGENT = f"hippobot/{__version__}"
+#: Longest wait for a connection: a server that is up accepts at once, whatever its load.
+CONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +180,8 @@ async def open_stream(
             "user-agent": USER_AGENT, **headers}
     content = json.dumps(body, ensure_ascii=False).encode("utf-8")
     request = client.build_request("POST", ep.api_base + path, content=content, headers=sent,
-                                   timeout=httpx.Timeout(ep.timeout))
+                                   timeout=httpx.Timeout(
+                                       ep.timeout, connect=min(ep.timeout, CONNECT_TIMEOUT_S)))
     try:
         response = await client.send(request, stream=True)
     except Exception as exc:

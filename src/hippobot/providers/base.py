@@ -16,8 +16,12 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "Finish",
+    "Progress",
     "Provider",
+    "Queued",
     "Restart",
+    "Retrying",
+    "Started",
     "StreamEvent",
     "TextDelta",
     "ToolCallEvent",
@@ -76,7 +80,34 @@ class Restart:
     error: str
 
 
-StreamEvent = TextDelta | ToolCallEvent | Usage | Finish | Restart
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The request waits for another request of this hippobot home to the same endpoint
+    (one at a time; :mod:`hippobot.providers.serial`); ``behind`` names that one's work
+    ("Dream", "consolidation", "a chat"). Nothing was sent yet."""
+
+    behind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A :class:`Queued` request's turn came: it is being sent now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """The retry policy sends the request again in ``wait`` seconds, as attempt ``attempt``
+    (of at most ``attempts``), because of ``reason`` (the failed attempt's error)."""
+
+    attempt: int
+    attempts: int
+    wait: float
+    reason: str
+
+
+StreamEvent = TextDelta | ToolCallEvent | Usage | Finish | Restart | Queued | Started | Retrying
+#: Events that say where a request is, not what the model said: ``collect`` skips them.
+Progress = Queued | Started | Retrying
 
 
 @dataclass(slots=True)

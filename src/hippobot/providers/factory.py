@@ -6,6 +6,7 @@ does not import any vendor SDK; the adapters do that on their first request.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
@@ -15,9 +16,10 @@ from hippobot.providers.echo import RuntimeEchoFilter
 from hippobot.providers.metering import MeteredProvider, UsageSink
 from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
+from hippobot.providers.serial import EndpointGate, SerialProvider
 from hippobot.providers.text_tools import TextToolCallProvider, text_tools_enabled
 
-__all__ = ["KNOWN_ENDPOINTS", "ProviderKind", "make_provider"]
+__all__ = ["KNOWN_ENDPOINTS", "LOCAL_TIMEOUT_S", "REMOTE_TIMEOUT_S", "ProviderKind", "make_provider"]
 
 ProviderKind = Literal["openai", "anthropic"]
 
@@ -33,6 +35,13 @@ KNOWN_ENDPOINTS: dict[str, str | None] = {
     "anthropic": None,
 }
 
+#: Seconds without a byte before a request is given up (the wait for the first byte too).
+REMOTE_TIMEOUT_S = 120.0
+#: The same for an endpoint that works on one request at a time (a local model): reading a
+#: long prompt takes minutes on a laptop (8,000 tokens at 10 tokens/s is over 13 minutes),
+#: and servers that send nothing until the first token (llama.cpp's, Ollama) must get them.
+LOCAL_TIMEOUT_S = 900.0
+
 
 def make_provider(
     kind: ProviderKind,
@@ -40,12 +49,13 @@ def make_provider(
     api_key: str,
     api_base: str | None,
     extra_headers: dict[str, str] | None = None,
-    timeout: float = 120.0,
+    timeout: float | None = None,
     retry: RetryPolicy | None = None,
     name: str | None = None,
     text_tool_calls: str = "auto",
     usage: UsageSink | None = None,
     estimate: Callable[[ChatRequest], int] | None = None,
+    gate: EndpointGate | None = None,
 ) -> Provider:
     """A ready provider: the ``kind`` adapter inside a :class:`RetryingProvider`.
 
@@ -55,12 +65,21 @@ def make_provider(
     :class:`MeteredProvider` (every attempt recorded to ``usage``; ``estimate`` counts the
     prompt of a request whose endpoint reported no usage).
 
+    With a ``gate`` (an endpoint that works on one request at a time, see
+    :mod:`hippobot.providers.serial`) every attempt waits its turn there, a request is never
+    re-sent while the server may still be working on it (``RetryPolicy.resend_in_flight``
+    off), and ``timeout`` defaults to :data:`LOCAL_TIMEOUT_S` instead of
+    :data:`REMOTE_TIMEOUT_S`: the seconds without a byte from the server, not the whole reply.
+
     ``name`` is the config key the user knows the endpoint by (``openrouter``, ``ollama``,
     ...); error messages point at ``providers.<name>``. It defaults to ``kind``, and when
     ``api_base`` is None a known name supplies its base URL.
     """
     label = name or kind
     base = api_base if api_base is not None else KNOWN_ENDPOINTS.get(label)
+    if timeout is None:
+        timeout = LOCAL_TIMEOUT_S if gate is not None else REMOTE_TIMEOUT_S
+    policy = retry or RetryPolicy()
     adapter: Provider
     if kind == "anthropic":
         adapter = AnthropicProvider(
@@ -72,9 +91,12 @@ def make_provider(
         )
     else:
         raise ValueError(f"unknown provider kind {kind!r}: expected 'openai' or 'anthropic'")
+    if gate is not None:
+        adapter = SerialProvider(adapter, gate)
+        policy = dataclasses.replace(policy, resend_in_flight=False)
     adapter = RuntimeEchoFilter(adapter)
     if text_tools_enabled(text_tool_calls, provider=label if kind == "openai" else kind, api_base=base):
         adapter = TextToolCallProvider(adapter)
     if usage is not None:
         adapter = MeteredProvider(adapter, usage, estimate)
-    return RetryingProvider(adapter, retry or RetryPolicy())
+    return RetryingProvider(adapter, policy)

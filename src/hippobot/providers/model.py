@@ -4,17 +4,26 @@ Services that call the model (a chat turn, consolidation, Dream) get a :class:`M
 instead of the whole agent. The endpoint is resolved once, on first use, and the provider
 created then (so start-up stays fast and a command that never calls the model never needs
 one configured).
+
+When the endpoint works on one request at a time (``agents.defaults.serialRequests``: local
+endpoints by default), the provider queues its requests with every other process and
+workspace of the hippobot home (:mod:`hippobot.providers.serial`); :meth:`ModelClient.chat_turn`
+keeps a chat turn ahead of background work for as long as it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Literal, Protocol
 
 from hippobot.providers.base import ChatRequest, Provider
 from hippobot.providers.metering import UsageSink
 from hippobot.providers.retry import RetryPolicy
+from hippobot.providers.serial import EndpointGate
 
 __all__ = ["ModelClient", "Target"]
 
@@ -36,6 +45,8 @@ class Target(Protocol):
     def api_base(self) -> str | None: ...
     @property
     def extra_headers(self) -> dict[str, str]: ...
+    @property
+    def timeout(self) -> float | None: ...
 
 
 class ModelClient:
@@ -44,7 +55,9 @@ class ModelClient:
 
     The provider it creates recovers tool calls written as text (``text_tool_calls``: ``auto``,
     ``on``, ``off``) and, given a ``usage`` sink, records every request there (``estimate``
-    counts the prompt when the endpoint reports no usage). A provider passed in is used as is."""
+    counts the prompt when the endpoint reports no usage). ``serial_requests`` (``auto``,
+    ``on``, ``off``) says whether requests go one at a time, queued under ``home`` (the
+    hippobot home; without one they are not queued). A provider passed in is used as is."""
 
     def __init__(
         self,
@@ -57,6 +70,8 @@ class ModelClient:
         text_tool_calls: str = "auto",
         usage: UsageSink | None = None,
         estimate: Callable[[ChatRequest], int] | None = None,
+        home: Path | None = None,
+        serial_requests: str = "auto",
     ) -> None:
         self._resolve = resolve
         self._target: Target | None = None
@@ -68,6 +83,9 @@ class ModelClient:
         self.text_tool_calls = text_tool_calls
         self.usage = usage
         self.estimate = estimate
+        self.home = home
+        self.serial_requests = serial_requests
+        self._gate: EndpointGate | None = None
 
     @property
     def target(self) -> Target:
@@ -108,18 +126,47 @@ class ModelClient:
             from hippobot.providers.factory import make_provider
 
             target = self.target
+            self._gate = self._make_gate(target)
             self._provider = make_provider(
                 target.kind,
                 api_key=target.api_key,
                 api_base=target.api_base,
                 extra_headers=target.extra_headers,
+                timeout=target.timeout,
                 retry=self.retry,
                 name=target.provider,
                 text_tool_calls=self.text_tool_calls,
                 usage=self.usage,
                 estimate=self.estimate,
+                gate=self._gate,
             )
         return self._provider
+
+    def _make_gate(self, target: Target) -> EndpointGate | None:
+        from hippobot.providers.endpoints import endpoint_key
+        from hippobot.providers.factory import KNOWN_ENDPOINTS
+        from hippobot.providers.serial import serial_enabled
+        from hippobot.workspace import Home
+
+        base = target.api_base if target.api_base is not None else KNOWN_ENDPOINTS.get(target.provider)
+        if self.home is None or not base:
+            return None
+        if not serial_enabled(self.serial_requests, provider=target.provider, api_base=base):
+            return None
+        return EndpointGate(Home(self.home).endpoint(endpoint_key(base)))
+
+    @property
+    def serial(self) -> bool:
+        """Whether requests go one at a time (known once the provider exists)."""
+        return self._gate is not None
+
+    def chat_turn(self) -> AbstractAsyncContextManager[None]:
+        """Hold a chat turn's claim on a one-at-a-time endpoint: background requests of the
+        home wait until the block ends (nothing happens for other endpoints)."""
+        _ = self.provider
+        if self._gate is None:
+            return contextlib.nullcontext()
+        return self._gate.chat_turn()
 
     @property
     def provider_created(self) -> Provider | None:

@@ -1,8 +1,17 @@
 """Bounded retries with backoff, as a provider that wraps another provider.
 
-The policy reads only exception types and fields (``retryable``, ``retry_after``), never
-message text. A stream that failed after yielding events is retried from scratch, and the
-consumer is told so by a :class:`~hippobot.providers.base.Restart` event first.
+The policy reads only exception types and fields (``retryable``, ``retry_after``,
+``in_flight``), never message text. A stream that failed after yielding text or tool calls
+is retried from scratch, and the consumer is told so by a
+:class:`~hippobot.providers.base.Restart` event first; every retry is announced by a
+:class:`~hippobot.providers.base.Retrying` event (attempt, wait, reason), so a front end can
+say so instead of going silent.
+
+``resend_in_flight=False`` (endpoints that work on one request at a time: a local model)
+never sends a request again while the server may still be computing it (a timeout after
+it was sent, a stream cut part-way): on such a server the copy would only queue behind the
+abandoned original, doubling the wait, or, on servers that cancel the running request for
+a new one, cancel it. Refused connections and error statuses are still retried.
 """
 
 from __future__ import annotations
@@ -13,7 +22,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from hippobot.errors import ProviderError
-from hippobot.providers.base import ChatRequest, Provider, Restart, StreamEvent
+from hippobot.providers.base import (
+    ChatRequest,
+    Provider,
+    Restart,
+    Retrying,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+)
 
 __all__ = ["RetryPolicy", "RetryingProvider"]
 
@@ -27,6 +44,10 @@ class RetryPolicy:
     fraction) so that many clients do not retry in lockstep. A server's ``Retry-After``
     replaces the backoff; one longer than ``max_retry_after`` is not waited for at all:
     failing now with the server's message beats hanging for minutes.
+
+    ``resend_in_flight``: whether an error raised while the server may still be working on
+    the request (``ProviderError.in_flight``) is retried; off for endpoints that work on one
+    request at a time.
     """
 
     max_attempts: int = 4
@@ -34,6 +55,7 @@ class RetryPolicy:
     max_delay: float = 30.0
     jitter: float = 0.25
     max_retry_after: float = 60.0
+    resend_in_flight: bool = True
 
     def delay(
         self, attempt: int, error: BaseException, *, rand: Callable[[], float] = random.random
@@ -43,6 +65,8 @@ class RetryPolicy:
         if attempt >= self.max_attempts:
             return None
         if not isinstance(error, ProviderError) or not error.retryable:
+            return None
+        if error.in_flight and not self.resend_in_flight:
             return None
         if error.retry_after is not None:
             if error.retry_after > self.max_retry_after:
@@ -57,9 +81,10 @@ class RetryingProvider:
     """A provider that retries ``inner`` according to ``policy``.
 
     Invariants: only :class:`ProviderError` is retried; a :class:`Restart` is yielded
-    before a retry if and only if the failed attempt had already yielded events; the
-    error raised after several attempts is the last one, its message ending with
-    ``" (after N attempts)"``.
+    before a retry if and only if the failed attempt had already yielded text or tool calls;
+    a :class:`Retrying` is yielded before every retry; the error raised after several
+    attempts is the last one, its message ending with ``" (after N attempts)"``; one the
+    policy did not re-send because the server may still be working on it says so.
     """
 
     def __init__(
@@ -85,21 +110,28 @@ class RetryingProvider:
             failure: ProviderError
             try:
                 async for event in self.inner.stream(request):
-                    yielded = True
+                    if isinstance(event, TextDelta | ToolCallEvent):
+                        yielded = True
                     yield event
                 return
             except ProviderError as err:
                 failure = err
             wait = self.policy.delay(attempt, failure)
             if wait is None:
+                notes = []
                 if attempt > 1:
-                    failure.args = (f"{failure} (after {attempt} attempts)", *failure.args[1:])
+                    notes.append(f"after {attempt} attempts")
+                if failure.in_flight and failure.retryable and not self.policy.resend_in_flight:
+                    notes.append("not sent again: the server may still be working on it")
+                if notes:
+                    failure.args = (f"{failure} ({'; '.join(notes)})", *failure.args[1:])
                 raise failure
             if self._on_retry is not None:
                 self._on_retry(attempt, failure, wait)
             attempt += 1
             if yielded:
                 yield Restart(attempt, str(failure))
+            yield Retrying(attempt, self.policy.max_attempts, wait, str(failure))
             await self._sleep(wait)
 
     async def aclose(self) -> None:

@@ -48,6 +48,7 @@ from hippobot.providers.base import (
     ToolCallEvent,
     Usage,
 )
+from hippobot.providers.endpoints import is_local
 
 __all__ = [
     "Recovered",
@@ -72,8 +73,6 @@ _MAX_PROSE_AFTER = 200
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
 _ARG_KEYS = ("arguments", "parameters", "args", "input", "tool_input", "tool_args")
 _EXTRA_KEYS = frozenset({"type", "id", "call_id"})
-_LOCAL_PROVIDERS = frozenset({"ollama", "vllm", "llamacpp", "lmstudio"})
-_LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\]|0\.0\.0\.0)(:\d+)?(/|$)")
 _FENCE = re.compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
 _FUNCTION_TAG = re.compile(r"<function=([\w.-]+)>")
 
@@ -81,14 +80,15 @@ _FUNCTION_TAG = re.compile(r"<function=([\w.-]+)>")
 def text_tools_enabled(mode: str, *, provider: str, api_base: str | None) -> bool:
     """Whether written tool calls are recovered for this endpoint.
 
-    ``auto`` (the default) turns recovery on for local servers: the ``ollama``, ``vllm``,
-    ``llamacpp`` and ``lmstudio`` providers and any endpoint on the loopback address.
+    ``auto`` (the default) turns recovery on for local servers
+    (:func:`hippobot.providers.endpoints.is_local`: the ``ollama``, ``vllm``, ``llamacpp`` and
+    LM Studio providers, and any endpoint on this machine or a private network).
     """
     if mode == "on":
         return True
     if mode == "off" or provider == "anthropic":
         return False
-    return provider in _LOCAL_PROVIDERS or bool(api_base and _LOCAL_HOST.match(api_base))
+    return is_local(provider, api_base)
 
 
 @dataclass(frozen=True, slots=True)
