@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 _WORK_NAMES = {"turn": "a chat", "consolidation": "consolidation", "dream": "Dream"}
 
 _BACKGROUND: ContextVar[bool] = ContextVar("hippobot_background_work", default=False)
+# Set inside EndpointGate.chat_turn: the turn's requests need no claim of their own (and,
+# where shared locks fall back to exclusive ones, must not take a second one).
+_CLAIMED: ContextVar[bool] = ContextVar("hippobot_chat_claimed", default=False)
 
 
 @contextlib.contextmanager
@@ -129,9 +132,11 @@ class EndpointGate:
         """A chat turn: background requests wait from now until the block ends, also while
         the chat runs its tools between two requests."""
         mark = await self.claim_chat()
+        token = _CLAIMED.set(True)
         try:
             yield
         finally:
+            _CLAIMED.reset(token)
             mark.release()
 
     async def try_slot(self, *, chat: bool) -> HeldLock | _NoLock | None:
@@ -201,7 +206,7 @@ class SerialProvider:
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         gate, chat = self.gate, not in_background()
-        mark = await gate.claim_chat() if chat else None
+        mark = await gate.claim_chat() if chat and not _CLAIMED.get() else None
         slot = None
         try:
             slot = await gate.try_slot(chat=chat)
