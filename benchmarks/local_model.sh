@@ -5,7 +5,8 @@
 #   bash benchmarks/local_model.sh setup [DIR]              # venv + llama-cpp-python + the GGUF
 #   bash benchmarks/local_model.sh serve [DIR] [PORT] [N_CTX]  # http://127.0.0.1:PORT/v1
 #
-# DIR defaults to ~/.cache/hippobot-localmodel, PORT to 8081, N_CTX to 8192.
+# DIR defaults to ~/.cache/hippobot-localmodel, PORT to 8081, N_CTX to 8192. Requests queue one
+# after another (the server's default cancels a running request when another client's arrives).
 # llama-cpp-python is compiled from source (about 20 minutes on 2 cores; needs a C/C++
 # compiler and cmake). WHEELS=/some/dir uses prebuilt wheels from that directory when they are
 # there (a cache only; without it the build runs). GGUF=/path/to/file.gguf uses a file you
@@ -43,8 +44,8 @@ serve)
   PORT="${3:-8081}"; NCTX="${4:-8192}"
   exec "$DIR/venv/bin/python" -m llama_cpp.server --model "$DIR/$NAME" \
     --model_alias qwen2.5-coder-1.5b --host 127.0.0.1 --port "$PORT" --n_ctx "$NCTX" \
-    --n_threads "$(nproc)" --n_threads_batch "$(nproc)"
+    --n_threads "$(nproc)" --n_threads_batch "$(nproc)" --interrupt_requests False
   ;;
 *)
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
