@@ -129,14 +129,14 @@ class Agent:
         defaults = settings.defaults
         self.limits = TurnLimits(
             max_iterations=defaults.max_tool_iterations,
-            max_tokens=defaults.max_tokens,
+            max_tokens=defaults.reply_tokens,
             temperature=defaults.temperature,
             max_tool_result_chars=defaults.max_tool_result_chars,
             idle_compact_after_minutes=defaults.idle_compact_after_minutes,
         )
         self.budget = Budget(
             context_window=defaults.context_window_tokens,
-            max_tokens=defaults.max_tokens,
+            max_tokens=defaults.reply_tokens,
             threshold=defaults.consolidation_threshold,
             ratio=defaults.consolidation_ratio,
         )
@@ -151,7 +151,7 @@ class Agent:
         self.jobs = BackgroundJobs()
         self.llm = ModelClient(
             settings.model_target,
-            max_tokens=defaults.max_tokens,
+            max_tokens=defaults.reply_tokens,
             temperature=defaults.temperature,
             fallback_name=defaults.model,
             provider=provider,

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from hippobot.config.keys import KeyReport, drop_nulls, group_paths, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
-from hippobot.config.schema import AgentDefaults, Config, ProviderConfig
+from hippobot.config.schema import AgentDefaults, Config, ProviderConfig, reply_tokens
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
 
 __all__ = [
@@ -257,17 +257,18 @@ def _check_values(config: Config, path: Path, text: str) -> None:
     window = defaults.context_window_tokens
     preset = defaults.model_preset
     where = f"modelPresets.{preset}" if preset and preset != "default" else "agents.defaults"
-    if window and defaults.max_tokens >= window:
+    if window and defaults.max_tokens is not None and defaults.max_tokens >= window:
         raise ConfigError(
             f"key {where}.maxTokens: {defaults.max_tokens} leaves no room for the prompt in "
-            f"contextWindowTokens {window}; make maxTokens smaller than the window",
+            f"contextWindowTokens {window}; {_working_reply(window)}",
             path=str(path), line=_line_of_key(text, ("maxTokens",)),
         )
     for name, entry in config.model_presets.items():
-        if entry.context_window_tokens and entry.max_tokens >= entry.context_window_tokens:
+        entry_window = entry.context_window_tokens
+        if entry_window and entry.max_tokens is not None and entry.max_tokens >= entry_window:
             raise ConfigError(
-                f"key modelPresets.{name}.maxTokens: {entry.max_tokens} is not smaller than "
-                f"its contextWindowTokens {entry.context_window_tokens}",
+                f"key modelPresets.{name}.maxTokens: {entry.max_tokens} leaves no room for the "
+                f"prompt in its contextWindowTokens {entry_window}; {_working_reply(entry_window)}",
                 path=str(path), line=_line_of_key(text, (name,)),
             )
     cron = defaults.dream.cron
@@ -291,6 +292,14 @@ def _check_values(config: Config, path: Path, text: str) -> None:
                 "(use an IANA name such as Europe/Paris)",
                 path=str(path), line=_line_of_key(text, ("timezone",)),
             ) from None
+
+
+def _working_reply(window: int) -> str:
+    """The fix for a reply reserve that does not fit: the value an unset key would take."""
+    return (
+        f"set maxTokens to {reply_tokens(None, window)} (a quarter of the window) or less, "
+        "or remove it (null) to follow the window"
+    )
 
 
 def key_warnings(path: Path, report: KeyReport) -> list[str]:

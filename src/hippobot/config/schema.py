@@ -25,7 +25,21 @@ __all__ = [
     "ServeConfig",
     "ServeUserConfig",
     "ToolsConfig",
+    "reply_tokens",
 ]
+
+DEFAULT_REPLY_TOKENS = 8192
+"""The reply reserve when ``maxTokens`` is unset and the window is large (or unbudgeted)."""
+
+
+def reply_tokens(max_tokens: int | None, context_window: int) -> int:
+    """The reply reserve: ``maxTokens`` when set, else a quarter of the window, at most
+    :data:`DEFAULT_REPLY_TOKENS` (SPEC 2), so an unset value fits every window."""
+    if max_tokens is not None:
+        return max_tokens
+    if context_window <= 0:
+        return DEFAULT_REPLY_TOKENS
+    return max(1, min(DEFAULT_REPLY_TOKENS, context_window // 4))
 
 
 class _Model(BaseModel):
@@ -68,7 +82,8 @@ class ModelPreset(_Model):
 
     model: str
     provider: str = "auto"
-    max_tokens: int = Field(default=8192, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Unset: follows ``contextWindowTokens`` (see :func:`reply_tokens`)."""
     context_window_tokens: int = Field(default=200_000, ge=0)
     temperature: float | None = 0.1
 
@@ -83,8 +98,9 @@ class AgentDefaults(_Model):
     """Name of the entry under ``providers`` to use (inferred when omitted or ``auto``)."""
     workspace: str | None = None
     """Workspace directory (default ``<home>/workspace``)."""
-    max_tokens: int = Field(default=8192, ge=1)
-    """Tokens reserved for each reply."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens reserved for each reply; unset or null: a quarter of ``contextWindowTokens``,
+    at most 8,192 (:attr:`reply_tokens` is the value in force)."""
     context_window_tokens: int = Field(default=128_000, ge=0)
     """The model's context window; 0 disables token-based consolidation."""
     temperature: float | None = None
@@ -125,6 +141,11 @@ class AgentDefaults(_Model):
     """Whether one chat may see other chats: their messages in memory_search, and the durable
     facts of their not-yet-dreamed archive entries in Recent History."""
     dream: DreamConfig = Field(default_factory=DreamConfig)
+
+    @property
+    def reply_tokens(self) -> int:
+        """The reply reserve in force: ``maxTokens``, or what follows the window."""
+        return reply_tokens(self.max_tokens, self.context_window_tokens)
 
 
 class AgentsConfig(_Model):

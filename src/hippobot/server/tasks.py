@@ -35,7 +35,7 @@ async def answer_task(agent: Agent, call: ChatCall) -> TurnResult:
     request = ChatRequest(
         model=agent.model,
         messages=messages,
-        max_tokens=min(call.max_tokens or defaults.max_tokens, defaults.max_tokens),
+        max_tokens=min(call.max_tokens or defaults.reply_tokens, defaults.reply_tokens),
         temperature=defaults.temperature,
         stop=call.stop,
     )
