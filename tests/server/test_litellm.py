@@ -94,3 +94,17 @@ def test_litellm_users_alice_and_bob_are_kept_apart(hippobot_home, make_agent, s
     alice = (home / "alice" / "sessions" / "api" / "same.jsonl").read_text()
     bob = (home / "bob" / "sessions" / "api" / "same.jsonl").read_text()
     assert "2468" in alice and "2468" not in bob and "What is my PIN?" in bob
+
+
+def test_litellm_retries_reach_the_server_again(serve, scripted_model):
+    """litellm's num_retries runs through tenacity, which the 'clients' extra installs with
+    it (litellm imports it only on a retry, and fails without it)."""
+    srv = serve()
+    for _ in range(4):  # one turn's attempts at the model: the server answers 502
+        scripted_model.fail(500)
+    scripted_model.reply("Still here.")
+
+    answer = complete(srv, "ping", num_retries=1, extra_body={"session_id": "r"})
+
+    assert answer.choices[0].message.content == "Still here."
+    assert len(scripted_model.requests) == 5 and scripted_model.pending() == 0
