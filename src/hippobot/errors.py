@@ -61,10 +61,10 @@ class ConfigError(UserError):
 class NoModelConfiguredError(UserError):
     """No provider/model is configured but the command needs one."""
 
-    def __init__(self) -> None:
+    def __init__(self, config_path: str = "~/.hippobot/config.json") -> None:
         super().__init__(
             "no model configured: set HIPPOBOT_MODEL and HIPPOBOT_API_KEY (or OPENAI_API_KEY / "
-            "ANTHROPIC_API_KEY), or add a provider to ~/.hippobot/config.json "
+            f"ANTHROPIC_API_KEY), or add a provider to {config_path} "
             "(see `hippobot onboard`)"
         )
 

@@ -50,6 +50,7 @@ def test_no_model_configured_is_one_clear_line(hippobot_home):
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "HIPPOBOT_MODEL" in lines[0]
+    assert f"add a provider to {hippobot_home / 'config.json'} " in lines[0]  # the real file
     # Commands that only read files still work.
     assert run(["sessions", "list"], hippobot_home).returncode == 0
     assert run(["context"], hippobot_home).returncode == 0

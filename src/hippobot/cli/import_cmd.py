@@ -21,8 +21,9 @@ def import_nanobot_cmd(
     path: Annotated[Path, typer.Argument(help="The nanobot home (holds config.json and workspace/).")] = Path("~/.nanobot"),
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Import a nanobot home (0.2.x or 0.3.x): config (secrets carried, never printed),
-    AGENTS/SOUL/USER/MEMORY.md, skills, history and its cursors, the memory git history and
+    """Import a nanobot home (0.2.x or 0.3.x).
+
+    Brings config (secrets carried, never printed), AGENTS/SOUL/USER/MEMORY.md, skills, history and its cursors, the memory git history and
     every session under its key. nanobot's files are only read; running it again adds only
     what is new."""
     from hippobot.migrate.nanobot import import_nanobot

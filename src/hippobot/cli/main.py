@@ -9,6 +9,7 @@ that need them, so ``hippobot --help`` and read-only commands start fast.
 # real ones took 60-120 ms off every ``hippobot`` command's start.
 
 import asyncio
+import inspect
 import json
 import logging
 import sys
@@ -93,9 +94,10 @@ def _root(
 
 @app.command()
 def onboard(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
-    """Create ~/.hippobot with a commented config.json and the workspace templates.
+    """Create the home, a commented config.json and the workspace.
 
-    With -w DIR, DIR becomes the default workspace (recorded in config.json).
+    The home is ~/.hippobot (or $HIPPOBOT_HOME); the workspace gets its templates and memory
+    version history. With -w DIR, DIR becomes the default workspace (recorded in config.json).
     """
     from hippobot.cli.onboard import onboard as do_onboard
 
@@ -134,7 +136,7 @@ def agent(
     provider: Annotated[str | None, typer.Option("--provider", help="Provider entry to use.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
-    """Chat with the agent (interactive), or send one message with -m."""
+    """Chat with the agent, or send one message with -m."""
     from hippobot.cli.chat import interactive, one_shot, piped
     from hippobot.cli.onboard import ensure_workspace
 
@@ -181,9 +183,9 @@ def dream(
     json_out: JsonOpt = False,
     background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
-    """Distil pending history into SOUL.md, USER.md and memory/MEMORY.md now.
+    """Distil pending history into the memory files now.
 
-    Prints what became of every durable fact: written (file:line), already known, or
+    Edits SOUL.md, USER.md and memory/MEMORY.md, one commit per run. Prints what became of every durable fact: written (file:line), already known, or
     rejected with a reason; entries left pending say why (see `memory history --pending`).
     Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
     running, with the reason on stderr.
@@ -220,9 +222,9 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Serve an OpenAI-compatible API with memory (POST /v1/chat/completions).
+    """Serve an OpenAI-compatible API with memory.
 
-    Clients need a key even on loopback: serve.apiKey / HIPPOBOT_SERVE_KEY, else the
+    POST /v1/chat/completions, GET /v1/models, and the memory page at /. Clients need a key even on loopback: serve.apiKey / HIPPOBOT_SERVE_KEY, else the
     token in <home>/serve-token, printed at start-up with the memory page's login URL.
     """
     from hippobot.server.run import run_server
@@ -238,6 +240,33 @@ from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 from hippobot.cli import usage_cmd as _usage_cmd  # noqa: E402
 
 __all__ += ["_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd"]
+
+
+def _summary(text: str | None) -> str | None:
+    """A help text's first paragraph on one line: the command's summary in the list."""
+    if not text:
+        return None
+    first = inspect.cleandoc(text).split("\n\n", 1)[0]
+    return " ".join(first.split())
+
+
+def _whole_summaries(group: typer.Typer) -> None:
+    """Give every command a summary of its own: click otherwise cuts the docstring's first
+    sentence to the terminal's width and ends it with "..."."""
+    for command in group.registered_commands:
+        if command.short_help is None:
+            command.short_help = _summary(command.help or inspect.getdoc(command.callback))
+    for sub in group.registered_groups:
+        instance = sub.typer_instance
+        if instance is None:
+            continue
+        help_text = instance.info.help  # typer's unset values are placeholders, not None
+        if isinstance(help_text, str):
+            sub.short_help = _summary(help_text)
+        _whole_summaries(instance)
+
+
+_whole_summaries(app)
 
 
 def main() -> None:

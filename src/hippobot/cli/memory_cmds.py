@@ -33,8 +33,10 @@ def history(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """The archive of summarised conversation (memory/history.jsonl and the entries Dream
-    processed, in memory/history.archive.jsonl). With --pending: what waits for Dream, and why."""
+    """The archive of summarised conversation.
+
+    memory/history.jsonl and the entries Dream processed, in memory/history.archive.jsonl.
+    With --pending: what waits for Dream, and why."""
     view = _api(_settings(workspace)).history(pending=pending, session=session, limit=limit)
     entries, waiting = view.entries, view.waiting
     if json_out:
@@ -69,8 +71,9 @@ def search(
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Search history, every session and the memory files (by meaning too, when
-    recall.embeddings is configured)."""
+    """Search history, every session and the memory files.
+
+    By words, and by meaning too when recall.embeddings is configured."""
     from hippobot.agent.api import format_explained, format_hits, hits_to_json
 
     api = _api(_settings(workspace))
@@ -93,8 +96,10 @@ def search(
 
 @memory_app.command("reindex")
 def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
-    """Rebuild the search index from the files (it is derived state), and with semantic
-    recall configured, embed every document."""
+    """Rebuild the search index from the files.
+
+    The index is derived state; with semantic recall configured, every document is embedded
+    again."""
     done = _api(_settings(workspace)).reindex()
     stats = done.stats
     if json_out and not done.semantic:
@@ -125,7 +130,9 @@ def log(
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show a memory version as a diff (the latest Dream change by default)."""
+    """Show a memory version as a diff.
+
+    The latest change by default, or the commit SHA (a prefix is enough)."""
     from hippobot.agent.api import SHELL_HINTS, commit_json, format_log
 
     commit = _api(_settings(workspace)).version(sha)
@@ -141,7 +148,9 @@ def restore(
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Undo exactly one memory change as a new commit, keeping later edits.
+    """Undo one memory change, keeping later edits.
+
+    The undo is a new commit.
 
     The lines it takes out are remembered in memory/reverted.jsonl, so Dream does not add them
     again unless a later conversation states them.

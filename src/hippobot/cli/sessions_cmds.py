@@ -96,7 +96,9 @@ def delete_session(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Delete a conversation file (history entries already archived stay)."""
+    """Delete a conversation file.
+
+    History entries already archived from it stay."""
     if not yes:
         if not sys.stdin.isatty():
             raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")

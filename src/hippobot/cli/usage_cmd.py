@@ -16,8 +16,10 @@ def usage(
     days: Annotated[int | None, typer.Option("--days", min=1, help="Only the last N days with requests.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Model requests and prompt / cached / completion tokens per day and job (turns,
-    consolidation, Dream), as the endpoints reported them."""
+    """Model requests and tokens per day and job.
+
+    Prompt, cached and completion tokens of turns, consolidation and Dream, as the endpoints
+    reported them."""
     from hippobot.agent.api import format_table
 
     rows, path = _api(_settings(workspace)).usage(days)

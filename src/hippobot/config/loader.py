@@ -392,7 +392,7 @@ def _resolve_target(settings: Settings, *, model_override: str | None) -> ModelT
     )
     name = _infer_provider(settings, model or "")
     if not model or not name:
-        raise NoModelConfiguredError()
+        raise NoModelConfiguredError(str(settings.config_path))
     spec = find_spec(name)
     if spec is not None and spec.backend == "unsupported":
         raise UserError(
