@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 
@@ -22,7 +23,7 @@ def test_the_page_shows_memory_files_history_and_versions(serve, make_agent):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
-    assert "<script>alert" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert('x')&lt;/script&gt;" in page
     assert "Name: Ada &amp; friends" in page and "Has a cat named Luna" in page
     # Newest first; only the entry Dream has not processed is pending.
     assert page.index("Prefers dark mode") < page.index("Decided to use PostgreSQL")
@@ -43,3 +44,26 @@ def test_the_page_says_why_versions_are_missing(serve, make_agent):
 
     assert "Versioning is not started yet" in page
     assert "No history entries yet." in page
+
+
+def test_memory_files_are_rendered_as_markdown_and_their_html_is_text(serve, make_agent):
+    agent = make_agent()
+    (agent.workspace / "memory" / "MEMORY.md").write_text(
+        "# Memory\n\n## Pets\n- Has a *cat* named **Luna**\n- Feeds her at `07:30`\n\n"
+        "```\n<b>fed</b>\n```\n\n"
+        "<img src=x onerror=alert(1)> <a href='#' onclick='steal()'>x</a>\n\n"
+        "[docs](https://example.org/a) [bad](javascript:alert(1)) ![pixel](https://t.example/p.gif)\n"
+    )
+    srv = serve(agent=agent)
+
+    page = srv.http.get(f"{srv.root}/").text
+
+    body = page.split('id="files"', 1)[1].split('id="prompt-files"', 1)[0]
+    assert "<h4>Memory</h4>" in body and "<h5>Pets</h5>" in body
+    assert "<li>Has a <em>cat</em> named <strong>Luna</strong></li>" in body
+    assert "<code>07:30</code>" in body and "<pre><code>&lt;b&gt;fed&lt;/b&gt;" in body
+    assert "&lt;img src=x onerror=alert(1)&gt;" in body  # shown, not obeyed
+    assert '<a href="https://example.org/a" rel="nofollow noopener noreferrer">docs</a>' in body
+    tags = re.findall(r"<[a-zA-Z][^>]*>", page)
+    assert not [t for t in tags if re.search(r"\s(on[a-z]+|style)\s*=", t)]  # nothing for a CSP to block
+    assert not [t for t in tags if t.startswith(("<img", "<script")) or "javascript:" in t]

@@ -8,8 +8,11 @@ nothing and send nothing anywhere.
 It shows what the agent remembers, the way a person would inspect the files: SOUL.md,
 USER.md and memory/MEMORY.md, the other files that shape the prompt (AGENTS.md, skills/,
 prompts/), the history timeline (newest first, entries Dream has not
-processed yet marked *pending*), and the memory versions with their diffs. Every piece of
-workspace text is escaped with :func:`html.escape`; nothing on the page can change a file.
+processed yet marked *pending*), and the memory versions with their diffs. The memory and
+prompt files are rendered as Markdown by :mod:`hippobot.server.markdown` (raw HTML in them
+shown as text, no images, only http/https/mailto links); every other piece of workspace text
+is escaped with :func:`html.escape`. Nothing on the page can change a file, and it has no
+scripts or event handlers.
 
 A plain GET form (``/?q=...``) searches the same recall index as ``memory_search`` and
 ``hippobot memory search`` (words, and meaning when ``recall.embeddings`` is configured) in
@@ -36,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from hippobot.safeio import read_text
+from hippobot.server.markdown import render_markdown
 
 if TYPE_CHECKING:
     from hippobot.agent.api import Api
@@ -60,6 +64,9 @@ pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 details{margin:.5rem 0}summary{cursor:pointer}nav a{margin-right:1rem}
 .error{color:#a00;font-weight:600}.how{color:#075e07;font-weight:600}
 form[role=search]{margin:1rem 0}form[role=search] input{width:60%;max-width:30rem}
+.md{border-left:3px solid #e4e4e4;padding:0 .8rem;margin:.5rem 0}.md h4,.md h5,.md h6{margin:.8rem 0 .3rem}
+.md code{background:#f6f6f6;padding:0 .2rem}.md pre code{padding:0}
+.md table{border-collapse:collapse}.md td,.md th{border:1px solid #ddd;padding:.2rem .5rem}
 """
 
 
@@ -89,8 +96,14 @@ def _pre(text: str) -> str:
     return f"<pre>{escape(text)}</pre>" if text.strip() else "<p class=meta>(empty)</p>"
 
 
+def _markdown(text: str) -> str:
+    if not text.strip():
+        return "<p class=meta>(empty)</p>"
+    return f"<div class=md>{render_markdown(text)}</div>"
+
+
 def _files(api: Api) -> _Section:
-    parts = [f"<h3>{escape(name)}</h3>{_pre(text)}" for name, text in api.memory_files().items()]
+    parts = [f"<h3>{escape(name)}</h3>{_markdown(text)}" for name, text in api.memory_files().items()]
     return _Section("files", "Memory files", "".join(parts))
 
 
@@ -103,7 +116,7 @@ def _prompt_files(api: Api) -> _Section:
     for rel, text in api.prompt_files().items():
         if len(text) > _PROMPT_FILE_CHARS:
             text = text[:_PROMPT_FILE_CHARS] + f"\n[... {len(text) - _PROMPT_FILE_CHARS} more chars]"
-        parts.append(f"<h3>{escape(rel)}</h3>{_pre(text)}")
+        parts.append(f"<h3>{escape(rel)}</h3>{_markdown(text) if rel.endswith('.md') else _pre(text)}")
     body = "".join(parts) or "<p class=meta>No AGENTS.md, skills or prompts in the workspace.</p>"
     return _Section("prompt-files", "Prompt files", body)
 
