@@ -8,6 +8,8 @@ from pathlib import Path
 from hippobot.config.loader import load_config
 from hippobot.testing.cli import run_cli
 
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
 
 def write(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,12 +80,29 @@ def test_a_config_with_unknown_keys_does_not_stop_any_command(tmp_path):
         "agents": {"defaults": {"maxTokenz": 100}},
         "channels": {"telegram": {"token": "x"}},
     })
+    notes = []
     for args in (["onboard"], ["sessions", "list"], ["context"], ["memory", "log"]):
         out = run_cli(args, home)
         assert out.returncode == 0, (args, out.stderr)
         assert "Traceback" not in out.stderr
         assert "unknown key agents.defaults.maxTokenz ignored; did you mean maxTokens?" in out.stderr
-        assert out.stderr.count("not used by hippobot") == 1
+        notes.append(out.stderr.count("not used by hippobot"))
+    assert notes == [1, 0, 0, 0]  # the nanobot note once per version of the file
+
+
+def test_a_whole_nanobot_config_is_noted_once_per_change_in_one_short_line(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.json"
+    config.write_bytes((FIXTURES / "nanobot-0.3.5" / "config.json").read_bytes())
+    first = run_cli(["status"], home)
+    assert first.returncode == 0, first.stderr
+    note = [line for line in first.stderr.splitlines() if "not used by hippobot" in line]
+    assert len(note) == 1 and len(note[0]) < 400 + len(str(config)), note
+    assert "channels" in note[0] and "tools.{" in note[0]
+    assert "not used by hippobot" not in run_cli(["status"], home).stderr
+    config.write_text(config.read_text().replace('"botName": "nanobot"', '"botName": "nb"'))
+    assert run_cli(["status"], home).stderr.count("not used by hippobot") == 1
 
 
 def test_nanobot_preset_and_provider_extras_are_known_and_collapsed(tmp_path):

@@ -18,7 +18,16 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel
 
-__all__ = ["NANOBOT_ONLY", "KeyReport", "drop_nulls", "group_paths", "known_subset", "normalise_key", "walk_keys"]
+__all__ = [
+    "NANOBOT_ONLY",
+    "KeyReport",
+    "brief_paths",
+    "drop_nulls",
+    "group_paths",
+    "known_subset",
+    "normalise_key",
+    "walk_keys",
+]
 
 # nanobot's config keys (0.2.x and 0.3.x) that hippobot does not use, as a tree: a leaf
 # (None) covers the key and everything under it. camelCase, as nanobot writes them.
@@ -271,3 +280,33 @@ def group_paths(paths: tuple[str, ...] | list[str]) -> str:
         else:
             parts.append(f"{parent}.{{{', '.join(leaves)}}}")
     return ", ".join(parts)
+
+
+_SECTION_DEPTH = {"agents": 2, "providers": 2, "modelPresets": 2}
+
+
+def brief_paths(paths: tuple[str, ...] | list[str], limit: int = 320) -> str:
+    """:func:`group_paths`, or past ``limit`` characters one entry per section with its
+    count (``tools.{web, file, +16 more}``), so a whole nanobot file is one short line."""
+    full = group_paths(paths)
+    if len(full) <= limit:
+        return full
+    sections: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split(".")
+        depth = _SECTION_DEPTH.get(parts[0], 1)
+        section = ".".join(parts[:depth]) if len(parts) > depth else path
+        sections.setdefault(section, []).append(path)
+    shown = []
+    for section, members in sections.items():
+        if len(members) == 1:
+            shown.append(members[0])
+            continue
+        leaves = [m[len(section) + 1 :] for m in members]
+        more = f", +{len(leaves) - 2} more" if len(leaves) > 2 else ""
+        shown.append(f"{section}.{{{', '.join(leaves[:2])}{more}}}")
+    line = ", ".join(shown)
+    if len(line) > limit:
+        cut = line[:limit].rsplit(", ", 1)[0]
+        line = f"{cut}, and {len(shown) - cut.count(', ') - 1} more sections"
+    return line

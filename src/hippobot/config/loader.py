@@ -8,6 +8,7 @@ file, the line and the key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -21,7 +22,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from hippobot.config.keys import KeyReport, drop_nulls, group_paths, walk_keys
+from hippobot.atomic import atomic_write_text
+from hippobot.config.keys import KeyReport, brief_paths, drop_nulls, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import AgentDefaults, Config, ProviderConfig, reply_tokens
 from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
@@ -48,6 +50,10 @@ KNOWN_ENDPOINTS: dict[str, str | None] = {
     "llamacpp": "http://localhost:8080/v1",
 }
 _LOCAL_PROVIDERS = {"ollama", "vllm", "llamacpp"}
+NANOBOT_NOTE = "nanobot settings not used by hippobot"
+"""How the warning about a copied nanobot file's unused settings starts (shown once per
+version of the file: :func:`_show_once`)."""
+_NOTED = Path(".hippobot") / "config-noted"  # under the home: the digest of the file last noted
 _LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?(/|$)")
 
 
@@ -310,8 +316,7 @@ def key_warnings(path: Path, report: KeyReport) -> list[str]:
         lines.append(f"{path}: unknown key {key} ignored{hint}")
     if report.nanobot_only:
         lines.append(
-            f"{path}: nanobot settings not used by hippobot (ignored): "
-            + group_paths(report.nanobot_only)
+            f"{path}: {NANOBOT_NOTE} (ignored): " + brief_paths(report.nanobot_only)
         )
     return lines
 
@@ -332,7 +337,10 @@ def load_settings(
     config_path = home / "config.json"
     config, warnings = load_config(config_path)
     for w in warnings:
-        log.warning(w)
+        if NANOBOT_NOTE not in w:
+            log.warning(w)
+        elif _show_once(home, config_path):
+            log.warning("%s; shown once until the file changes", w)
 
     ws = (
         workspace
@@ -353,6 +361,28 @@ def load_settings(
         flags=flags,
         warnings=tuple(warnings),
     )
+
+
+def _show_once(home: Path, config_path: Path) -> bool:
+    """True the first time this version of the config file is seen (its SHA-256 is kept in
+    ``<home>/.hippobot/config-noted``); also when that cannot be recorded, so a note is never
+    lost on a read-only home."""
+    try:
+        digest = hashlib.sha256(config_path.read_bytes()).hexdigest()
+    except OSError:
+        return True
+    noted = home / _NOTED
+    try:
+        if noted.read_text(encoding="ascii").strip() == digest:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        noted.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(noted, digest + "\n")
+    except OSError:
+        pass
+    return True
 
 
 def _infer_provider(settings: Settings, model: str) -> str | None:
