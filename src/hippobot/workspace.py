@@ -12,6 +12,7 @@ Locks (all under ``.hippobot/locks/``; :mod:`hippobot.locks` takes them):
 * ``history.lock`` — appends to ``memory/history.jsonl`` and its cursors;
 * ``git.lock`` — writes to the memory repository;
 * ``dream.lock`` — one Dream run per workspace;
+* ``nanobot-sync.lock`` — one reading-in of a nanobot workspace at a time;
 * ``files/<sha>.lock`` — every read-modify-write of one file the agent edits (memory files,
   prompts, project files): ``edit_file``/``write_file``, Dream applying its edits, a
   restore, a chat commit. Order: file locks (sorted by path) before ``git.lock``.
@@ -111,6 +112,11 @@ class Workspace:
         committed, so a process killed in between leaves the commit to the next one."""
         return self.state_dir / "pending-versions"
 
+    @property
+    def nanobot_sync(self) -> Path:
+        """What was last read in from a nanobot workspace (``migrate.nanobot.bring_in``)."""
+        return self.state_dir / "nanobot-sync.json"
+
     # --- lock files -------------------------------------------------------------------
 
     def turn_lock(self, key: str) -> Path:
@@ -134,6 +140,10 @@ class Workspace:
     @property
     def dream_lock(self) -> Path:
         return self.locks_dir / "dream.lock"
+
+    @property
+    def nanobot_sync_lock(self) -> Path:
+        return self.locks_dir / "nanobot-sync.lock"
 
     def file_lock_path(self, path: Path | str) -> Path:
         """The lock guarding read-modify-write of ``path`` (any file, in the workspace or

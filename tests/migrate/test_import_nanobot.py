@@ -132,7 +132,7 @@ def test_a_session_both_sides_continued_is_kept_and_reported(
     with session_file.open("a") as handle:
         handle.write(json.dumps({"role": "user", "content": "nanobot turn"}) + "\n")
     out = run_cli(["import", "nanobot", str(source)], hippobot_home)
-    assert "skipped  session telegram:4242 (kept hippobot's; it has changed since)" in out.stdout
+    assert "skipped  session telegram:4242 (kept hippobot's: both hippobot and nanobot added to it since)" in out.stdout
     shown = json.loads(run_cli(["sessions", "show", "telegram:4242", "--json"], hippobot_home).stdout)
     assert [m["text"] for m in shown["messages"]][-2:] == ["hippobot turn", "ok"]
 

@@ -53,7 +53,29 @@ def _settings(
 ) -> "Settings":
     from hippobot.config import load_settings
 
-    return load_settings(workspace=workspace, model=model, provider=provider)
+    settings = load_settings(workspace=workspace, model=model, provider=provider)
+    if settings.nanobot_workspace is not None:
+        _read_nanobot_in(settings)
+    return settings
+
+
+def _read_nanobot_in(settings: "Settings") -> None:
+    """The configuration named a nanobot workspace: hippobot works in its own and first
+    reads in what nanobot changed there (never writing a byte of nanobot's)."""
+    from hippobot.migrate.nanobot import bring_in, describe_bring_in
+
+    assert settings.nanobot_workspace is not None
+    try:
+        report = bring_in(settings)
+    except (OSError, HippobotError) as exc:  # a bad nanobot file must not stop hippobot
+        logging.getLogger(__name__).warning(
+            "could not read nanobot's workspace %s in (%s); hippobot's own %s is used as it is",
+            settings.nanobot_workspace, exc, settings.workspace,
+        )
+        return
+    line = describe_bring_in(settings.nanobot_workspace, settings.workspace, report)
+    if line:
+        sys.stderr.write(f"hippobot: {line}\n")
 
 
 def _api(settings: "Settings", project: Path | None = None) -> "Api":

@@ -32,6 +32,7 @@ __all__ = [
     "KNOWN_ENDPOINTS",
     "ModelTarget",
     "Settings",
+    "is_nanobot_workspace",
     "load_config",
     "load_settings",
     "strip_json_comments",
@@ -84,6 +85,9 @@ class Settings:
     env: Mapping[str, str]
     flags: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    nanobot_workspace: Path | None = None
+    """The nanobot workspace the configuration named, when it named one: hippobot reads it
+    in and never writes there (``workspace`` is then hippobot's own, ``<home>/workspace``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -349,6 +353,9 @@ def load_settings(
         or home / "workspace"
     )
     ws_path = Path(ws).expanduser()
+    nanobot: Path | None = None
+    if is_nanobot_workspace(ws_path):  # read in, never written: hippobot works in its own
+        nanobot, ws_path = ws_path.resolve(), home / "workspace"
     if ws_path.exists() and not ws_path.is_dir():
         raise UserError(f"workspace {ws_path} is not a directory: pass --workspace DIR")
     flags = {k: v for k, v in {"model": model, "provider": provider}.items() if v}
@@ -360,7 +367,24 @@ def load_settings(
         env=env,
         flags=flags,
         warnings=tuple(warnings),
+        nanobot_workspace=nanobot,
     )
+
+
+def is_nanobot_workspace(path: Path) -> bool:
+    """Whether ``path`` is a workspace nanobot made (and keeps using): a folder under
+    ``.nanobot``, or one holding nanobot's marks (``.nanobot/``, ``HEARTBEAT.md``, or a
+    session file directly in ``sessions/``, where hippobot never puts one). A few ``stat``
+    calls and one directory listing."""
+    if ".nanobot" in path.parts:
+        return True
+    try:
+        if (path / ".nanobot").is_dir() or (path / "HEARTBEAT.md").is_file():
+            return True
+        sessions = path / "sessions"
+        return sessions.is_dir() and any(p.is_file() for p in sessions.glob("*.jsonl"))
+    except OSError:
+        return False
 
 
 def _show_once(home: Path, config_path: Path) -> bool:

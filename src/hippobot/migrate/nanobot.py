@@ -24,13 +24,22 @@ What is brought, and how a second run adds only what is new:
   _>.jsonl``. A session here whose messages are a prefix of nanobot's gets the new ones
   appended; one that diverged is kept and reported. nanobot's internal ``dream:<time>``
   sessions (one per Dream run) are skipped.
+
+:func:`bring_in` runs the same steps (config aside) at the start of every command when the
+configuration names a nanobot workspace (a copied ``config.json``, ``--workspace``,
+``HIPPOBOT_WORKSPACE``): hippobot then works in its own workspace and never writes nanobot's.
+It remembers what it saw (``.hippobot/nanobot-sync.json``), so a file nanobot changed later
+replaces hippobot's copy when hippobot left that copy alone, each conflict is reported once,
+and a command finding nothing changed at nanobot's opens none of its files.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -38,16 +47,35 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from hippobot.atomic import atomic_write_text
 from hippobot.config import Settings
 from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_keys
 from hippobot.config.loader import load_config, strip_json_comments
 from hippobot.config.schema import Config
 from hippobot.errors import ConfigError, UserError
+from hippobot.locks import locked
 from hippobot.safeio import LinkOutside, open_fd, read_regular
 from hippobot.session.legacy import MIGRATED_FROM, header_key, read_legacy, source_stamp
 from hippobot.session.store import JsonlSessionStore
+from hippobot.workspace import Workspace
 
-__all__ = ["ImportReport", "NanobotHome", "find_home", "import_nanobot", "map_config"]
+__all__ = [
+    "ImportReport",
+    "NanobotHome",
+    "bring_in",
+    "describe_bring_in",
+    "find_home",
+    "home_of",
+    "import_nanobot",
+    "map_config",
+]
+
+log = logging.getLogger(__name__)
+
+Seen = dict[str, Any]
+"""What a reading-in saw of nanobot's files last time (``Workspace.nanobot_sync``):
+``files`` (path -> SHA-256), ``history`` (SHA-256), ``git`` (HEAD), ``sessions`` (key ->
+[size, mtime_ns]), so each thing nanobot changed is looked at and reported once."""
 
 WORKSPACE_FILES = (
     "AGENTS.md",
@@ -244,16 +272,32 @@ def _ours(dst: Path, workspace: Path) -> bytes:
     return read_regular(dst, within=workspace)
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within: Path,
-               workspace: Path) -> None:
+               workspace: Path, seen: Seen | None = None) -> None:
+    """Copy when hippobot's file is missing or still hippobot's template; with ``seen`` (a
+    reading-in), also when hippobot's is still what was last brought and nanobot's changed,
+    and a file nanobot has not changed since is not looked at again."""
     data = _theirs(src, within, label, report)
     if data is None:
         return
+    digest = _digest(data)
+    files = seen.setdefault("files", {}) if seen is not None else {}
+    last = files.get(label)
+    if seen is not None and last == digest:
+        return
+    files[label] = digest
     if dst.exists():
         here = _ours(dst, workspace)
         if here == data:
             return
-        if label not in _TEMPLATES or here != _template_bytes(label):
+        untouched = (label in _TEMPLATES and here == _template_bytes(label)) or (
+            last is not None and _digest(here) == last
+        )
+        if not untouched:
             report.skipped.append(f"{label} (kept hippobot's; it differs from nanobot's)")
             return
     _write_bytes(dst, data)
@@ -261,11 +305,15 @@ def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within
 
 
 def _import_history(src: Path, dst: Path, report: ImportReport, *, within: Path,
-                    workspace: Path) -> None:
+                    workspace: Path, seen: Seen | None = None) -> None:
     label = "memory/history.jsonl"
     data = _theirs(src, within, label, report)
     if data is None:
         return
+    if seen is not None:
+        if seen.get("history") == _digest(data):
+            return
+        seen["history"] = _digest(data)
     if not dst.exists():
         _write_bytes(dst, data)
         report.brought.append(f"{label} ({_lines(data)} entries)")
@@ -302,24 +350,28 @@ def _import_cursor(src: Path, dst: Path, label: str, report: ImportReport, *, wi
     report.brought.append(f"{label} ({theirs})")
 
 
-def _import_workspace_files(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
+def _import_workspace_files(
+    home: NanobotHome, workspace: Path, report: ImportReport, seen: Seen | None = None
+) -> None:
     src_ws = home.workspace
     roots = {"within": src_ws, "workspace": workspace}
     for rel in WORKSPACE_FILES:
         if (src_ws / rel).is_file():
-            _copy_file(src_ws / rel, workspace / rel, rel, report, **roots)
+            _copy_file(src_ws / rel, workspace / rel, rel, report, **roots, seen=seen)
     skills = src_ws / "skills"
     if skills.is_dir():
         for path in sorted(skills.rglob("*")):
             if path.is_file() and not path.is_symlink():
                 rel = path.relative_to(src_ws).as_posix()
-                _copy_file(path, workspace / rel, rel, report, **roots)
+                _copy_file(path, workspace / rel, rel, report, **roots, seen=seen)
     if (src_ws / "memory" / "history.jsonl").is_file():
         _import_history(src_ws / "memory" / "history.jsonl", workspace / "memory" / "history.jsonl",
-                        report, **roots)
+                        report, **roots, seen=seen)
     for rel in CURSOR_FILES:
         if (src_ws / rel).is_file():
             _import_cursor(src_ws / rel, workspace / rel, rel, report, **roots)
+    if seen is not None:
+        return  # reading in: what hippobot does not use was named by the import, if ever
     for rel, why in NOT_USED.items():
         if (src_ws / rel).exists():
             report.skipped.append(f"{rel} ({why})")
@@ -375,12 +427,17 @@ def _only_init_commit(workspace: Path) -> bool:
     return len(log) == 1 and log[0].subject == INIT_MESSAGE
 
 
-def _import_git(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
+def _import_git(home: NanobotHome, workspace: Path, report: ImportReport, seen: Seen | None = None) -> None:
     src = home.workspace / ".git"
     if not src.is_dir():
-        report.skipped.append("memory history (nanobot's workspace has no git store)")
+        if seen is None:
+            report.skipped.append("memory history (nanobot's workspace has no git store)")
         return
     theirs = _head_commit(src)
+    if seen is not None:
+        if seen.get("git") == theirs:
+            return
+        seen["git"] = theirs
     dst = workspace / ".git"
     if dst.exists():
         if theirs and _has_object(dst, theirs):
@@ -417,7 +474,7 @@ def _key_from_stem(stem: str) -> str | None:
         return None
 
 
-def _session_files(home: NanobotHome, report: ImportReport) -> dict[str, Path]:
+def _session_files(home: NanobotHome, report: ImportReport | None) -> dict[str, Path]:
     """key -> nanobot file, the 0.3.x namespace winning over 0.2.x files for one key."""
     found: dict[str, Path] = {}
     legacy_dir = home.workspace / "sessions"
@@ -430,7 +487,7 @@ def _session_files(home: NanobotHome, report: ImportReport) -> dict[str, Path]:
     if namespaces:
         mine = _namespace_of(home, namespaces)
         for ns in namespaces:
-            if ns != mine:
+            if ns != mine and report is not None:
                 marker = ns / ".workspace"
                 where = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ns.name
                 count = len(list(ns.glob("*.jsonl")))
@@ -461,15 +518,22 @@ def _comparable(messages: list[Any]) -> list[str]:
     return [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in messages]
 
 
-def _import_sessions(home: NanobotHome, workspace: Path, report: ImportReport) -> None:
-    files = _session_files(home, report)
+def _import_sessions(home: NanobotHome, workspace: Path, report: ImportReport, seen: Seen | None = None) -> None:
+    files = _session_files(home, report if seen is None else None)
     internal = [k for k in files if k.startswith(INTERNAL_PREFIXES)]
-    if internal:
+    if internal and seen is None:
         report.skipped.append(f"{len(internal)} internal nanobot Dream session(s)")
     store = JsonlSessionStore(workspace)
+    stamps = seen.setdefault("sessions", {}) if seen is not None else {}
     for key, path in sorted(files.items()):
         if key.startswith(INTERNAL_PREFIXES):
             continue
+        if seen is not None:  # reading in: a file nanobot has not touched since is skipped
+            info = path.stat()
+            stamp = [info.st_size, info.st_mtime_ns]
+            if stamps.get(key) == stamp:
+                continue
+            stamps[key] = stamp
         within = home.workspace if path.is_relative_to(home.workspace) else home.root
         try:
             theirs = read_legacy(path, key, within=within)
@@ -492,7 +556,9 @@ def _import_sessions(home: NanobotHome, workspace: Path, report: ImportReport) -
             store.save_meta(ours)
             report.brought.append(f"session {key} (+{len(tail)} new messages)")
             continue
-        report.skipped.append(f"session {key} (kept hippobot's; it has changed since)")
+        report.skipped.append(
+            f"session {key} (kept hippobot's: both hippobot and nanobot added to it since)"
+        )
 
 
 # --- the whole import ---------------------------------------------------------------
@@ -504,8 +570,8 @@ def import_nanobot(source: Path, settings: Settings) -> tuple[NanobotHome, Impor
     target = settings.workspace
     if home.workspace.resolve() == target.resolve():
         raise UserError(
-            f"hippobot's workspace is nanobot's ({target}): hippobot already reads it in place; "
-            "set HIPPOBOT_WORKSPACE or --workspace to import into a separate one"
+            f"hippobot's workspace is nanobot's ({target}): set HIPPOBOT_WORKSPACE or "
+            "--workspace to import into a separate one"
         )
     report = ImportReport()
     _import_config(home, settings, report)
@@ -519,3 +585,122 @@ def import_nanobot(source: Path, settings: Settings) -> tuple[NanobotHome, Impor
     ensure_workspace(target)
     GitStore(target).init()
     return home, report
+
+
+# --- reading a nanobot workspace in (a copied config, --workspace) ------------------
+
+
+def home_of(workspace: Path) -> Path:
+    """The nanobot home a workspace belongs to: the nearest ``.nanobot`` folder above it
+    (0.3.x keeps sessions there), else the folder above the workspace."""
+    for parent in workspace.parents:
+        if parent.name == ".nanobot":
+            return parent
+    return workspace.parent
+
+
+def _stamp(home: NanobotHome) -> str:
+    """Sizes and modification times of everything a reading-in looks at, as one digest: when
+    it is unchanged, nanobot changed nothing and no file needs to be opened."""
+    ws = home.workspace
+    paths = [ws / rel for rel in (*WORKSPACE_FILES, *CURSOR_FILES, "memory/history.jsonl")]
+    paths += [ws / ".git" / "HEAD", ws / ".git" / "packed-refs"]
+    for folder, pattern in (
+        (ws / "skills", "**/*"), (ws / ".git" / "refs", "**/*"),
+        (ws / "sessions", "*.jsonl"), (home.root / "sessions", "*/*.jsonl"),
+    ):
+        if folder.is_dir():
+            paths += sorted(folder.glob(pattern))
+    parts = []
+    for path in paths:
+        try:
+            info = path.stat()
+            parts.append(f"{path}\0{info.st_size}\0{info.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{path}\0-")
+    return _digest("\n".join(parts).encode("utf-8", "surrogateescape"))
+
+
+_RECORD_FORMAT = 1  # {"v": 1, "sources": {nanobot workspace: {"stamp": ..., "seen": Seen}}}
+
+
+def _records(path: Path) -> dict[str, Any]:
+    """Every source's entry; an unreadable or other-format record is as good as none (it is
+    derived state: the next reading-in compares the files again and rewrites it)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("v") != _RECORD_FORMAT:
+        return {}
+    sources = data.get("sources")
+    return sources if isinstance(sources, dict) else {}
+
+
+def _read_record(path: Path, source: Path) -> dict[str, Any]:
+    entry = _records(path).get(str(source))
+    return entry if isinstance(entry, dict) else {}
+
+
+def _write_record(path: Path, source: Path, entry: dict[str, Any]) -> None:
+    sources = {**_records(path), str(source): entry}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"v": _RECORD_FORMAT, "sources": sources}
+    atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+
+
+def bring_in(settings: Settings) -> ImportReport:
+    """Read what is new in the nanobot workspace the configuration named
+    (``settings.nanobot_workspace``) into hippobot's own (``settings.workspace``), by the
+    import's rules: prompt and memory files, skills, history and its cursors, the memory
+    history, sessions. nanobot's files are only read. A file hippobot has not changed since
+    it was last brought takes nanobot's newer version; one changed on both sides stays as
+    hippobot has it and is reported once. When nothing in nanobot's workspace changed (the
+    sizes and times of its files, :func:`_stamp`), nothing is opened."""
+    source = settings.nanobot_workspace
+    report = ImportReport()
+    if source is None or not source.is_dir():
+        return report
+    root = home_of(source)
+    id_file = source / ".nanobot" / "workspace-id"
+    layout: Literal["0.2.x", "0.3.x"] = (
+        "0.3.x" if id_file.is_file() or _namespaces(root / "sessions") else "0.2.x"
+    )
+    home = NanobotHome(root=root, config={}, workspace=source, layout=layout)
+    paths = Workspace(settings.workspace)
+    record_path = paths.nanobot_sync
+    stamp = _stamp(home)
+    if _read_record(record_path, source).get("stamp") == stamp:
+        return report
+    paths.locks_dir.mkdir(parents=True, exist_ok=True)
+    with locked(paths.nanobot_sync_lock, timeout=60):
+        entry = _read_record(record_path, source)  # another process may have just done it
+        if entry.get("stamp") == stamp:
+            return report
+        kept = entry.get("seen")
+        seen: Seen = kept if isinstance(kept, dict) else {}
+        _import_git(home, settings.workspace, report, seen)
+        _import_workspace_files(home, settings.workspace, report, seen)
+        _import_sessions(home, settings.workspace, report, seen)
+        _write_record(record_path, source, {"stamp": stamp, "seen": seen})
+    return report
+
+
+def describe_bring_in(source: Path, target: Path, report: ImportReport) -> str | None:
+    """One line for the terminal about a reading-in that brought or kept something."""
+    if not report.brought and not report.skipped:
+        return None
+
+    def some(items: list[str]) -> str:
+        shown = ", ".join(items[:4])
+        return shown + (f" and {len(items) - 4} more" if len(items) > 4 else "")
+
+    parts = []
+    if report.brought:
+        parts.append(f"brought {some(report.brought)}")
+    if report.skipped:
+        parts.append(f"kept {some(report.skipped)}")
+    return (
+        f"read nanobot's workspace {source} into hippobot's {target} (nanobot's files are "
+        f"only read): {'; '.join(parts)}"
+    )
