@@ -120,3 +120,19 @@ def test_a_0_2_x_workspace_given_in_place_is_read_in_too(nanobot_home, hippobot_
     assert "session telegram:4242 (kept hippobot's: both hippobot and nanobot added to it since)" in shown.stderr
     assert "Back on the phone." in shown.stdout and "from nanobot" not in shown.stdout
     assert "telegram:4242" not in run_cli(["status", *flag], hippobot_home, **where).stderr
+
+
+def test_a_link_in_nanobots_workspace_is_not_followed_into_hippobots(tmp_path, nanobot_home):
+    nanobot, home, env = copied_config_home(tmp_path, nanobot_home)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN PRIVATE KEY-----\n")
+    user = nanobot / "workspace" / "USER.md"
+    user.unlink()
+    user.symlink_to(secret)
+
+    out = run_cli(["status"], home, **env)
+
+    assert out.returncode == 0, out.stderr
+    assert f"USER.md (a symbolic link to {secret}, outside" in out.stderr
+    copied = home / "workspace" / "USER.md"
+    assert not copied.exists() or "PRIVATE KEY" not in copied.read_text()
