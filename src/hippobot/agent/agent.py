@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hippobot.config import Settings
 from hippobot.context import tokens
 from hippobot.context.assembler import PromptAssembler, split_key
-from hippobot.context.budget import Budget
+from hippobot.context.budget import Budget, compact_prompt
 from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
@@ -172,6 +172,7 @@ class Agent:
                     if self.budget.enabled
                     else 0
                 ),
+                compact=compact_prompt(self.budget.context_window),
             ),
             history=self.memory,
             tools_for=self.tools_for,

@@ -72,7 +72,10 @@ def build_registry(
         restrict=settings.config.tools.restrict_to_workspace,
         hidden_roots=hidden,  # even when unrestricted
     )
-    registry = ToolRegistry()
+    from hippobot.context.budget import compact_prompt
+
+    # a small window gets the short schemas, with the compact system prompt (context.builder)
+    registry = ToolRegistry(compact=compact_prompt(settings.defaults.context_window_tokens))
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
     redact = _memory_redactor(tuple(settings.secrets()), workspace, store_path)

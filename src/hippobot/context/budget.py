@@ -29,12 +29,14 @@ from hippobot.errors import ConfigError
 from hippobot.session.model import Session
 
 __all__ = [
+    "COMPACT_WINDOW",
     "HISTORY_SHARE",
     "MIN_CONVERSATION_TOKENS",
     "SAFETY_MARGIN",
     "Budget",
     "BudgetSplit",
     "check_window",
+    "compact_prompt",
     "safety_margin",
     "usage_estimate",
 ]
@@ -48,6 +50,17 @@ MIN_FREED_TOKENS = 2048
 """A consolidation frees at least this much (or half the room in a small window)."""
 MIN_CONVERSATION_TOKENS = 512
 """The conversation must have at least this much room besides the fixed prompt."""
+
+
+COMPACT_WINDOW = 8192
+"""Windows up to this size get the compact fixed prompt (:func:`compact_prompt`)."""
+
+
+def compact_prompt(context_window: int) -> bool:
+    """Whether the fixed prompt (identity, tool contract, skills list, tool schemas) is the
+    compact one: in a small window every token of it is a token less of conversation, and a
+    slow local model reads it again on every request its prompt cache misses."""
+    return 0 < context_window <= COMPACT_WINDOW
 
 
 def safety_margin(context_window: int) -> int:

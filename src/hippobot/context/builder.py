@@ -13,6 +13,10 @@ Sections, in order, joined by ``"\\n\\n---\\n\\n"`` (empty ones are left out):
 ``archived_summary``  ``[Archived Context Summary]`` left by idle compaction
 ==================  ================================================================
 
+For small context windows (``compact``, see :func:`hippobot.context.budget.compact_prompt`)
+the identity and tool contract come from ``identity_compact.md`` and
+``tool_contract_compact.md`` and the skills list is shorter: the same rules in fewer words.
+
 Invariants:
 
 * Deterministic: the same :class:`PromptInputs` give the same bytes. Nothing here reads the
@@ -61,7 +65,14 @@ _FORMAT_HINTS = {
     "sms": "Replies go by SMS: plain text, brief.",
     "email": "Replies go by email: plain paragraphs, no Markdown tables.",
 }
+_FORMAT_HINTS_COMPACT = {
+    "cli": "The terminal renders Markdown; no wide tables.",
+    **{c: "A chat app: short paragraphs, no tables." for c in _CHAT_APPS},
+    "sms": "By SMS: plain text, brief.",
+    "email": "By email: plain paragraphs, no tables.",
+}
 _SKILLS_INTRO = "Read a skill's file with read_file before following it."
+_SKILLS_INTRO_COMPACT = "read one before using it"
 
 
 class HistoryLike(Protocol):
@@ -107,6 +118,7 @@ class PromptInputs:
     max_history_entries: int = 50
     max_history_tokens: int = 8000
     recent_history_note: str = ""  # e.g. how many archived facts did not fit (context.recent)
+    compact: bool = False  # a small window: the shorter identity, tool contract and skills list
 
 
 # --- sections ------------------------------------------------------------------------
@@ -122,20 +134,22 @@ def _shown(path: Path, inputs: PromptInputs) -> str:
     return str(path)
 
 
-def _history_hint(tool_names: Sequence[str]) -> str:
+def _history_hint(tool_names: Sequence[str], compact: bool = False) -> str:
     if "memory_search" in tool_names:
-        return "search it with memory_search and open a hit with memory_get"
+        return "memory_search finds what was said" if compact else (
+            "search it with memory_search and open a hit with memory_get"
+        )
     if "exec" in tool_names:
-        return "search it with grep through exec"
-    return "it is not shown in full here"
+        return "grep it with exec" if compact else "search it with grep through exec"
+    return "not shown here" if compact else "it is not shown in full here"
 
 
 def _identity(inputs: PromptInputs) -> str:
     ws = inputs.workspace
     profile_root = inputs.project or ws
-    hint = _FORMAT_HINTS.get(inputs.channel.lower())
+    hint = (_FORMAT_HINTS_COMPACT if inputs.compact else _FORMAT_HINTS).get(inputs.channel.lower())
     return render(
-        "identity.md",
+        "identity_compact.md" if inputs.compact else "identity.md",
         model_line=f" You are running on the model {inputs.model}." if inputs.model else "",
         work_dir=str(inputs.project or ws),
         agents=_shown(profile_root / "AGENTS.md", inputs),
@@ -143,7 +157,7 @@ def _identity(inputs: PromptInputs) -> str:
         user=_shown(profile_root / "USER.md", inputs),
         memory_file=_shown(ws / MEMORY_FILE, inputs),
         history_file=_shown(ws / "memory" / "history.jsonl", inputs),
-        history_hint=_history_hint(inputs.tool_names),
+        history_hint=_history_hint(inputs.tool_names, inputs.compact),
         skills_dir=_shown(ws / "skills", inputs),
         format_hint=f"\n- {hint}" if hint else "",
     ).strip()
@@ -187,7 +201,11 @@ def _skills(inputs: PromptInputs) -> str:
         for s in inputs.skills
         if not (s.always and s.available and s.invalid is None)
     ]
-    return f"# Skills\n\n{_SKILLS_INTRO}\n\n" + "\n".join(listed) if listed else ""
+    if not listed:
+        return ""
+    if inputs.compact:
+        return f"# Skills ({_SKILLS_INTRO_COMPACT})\n" + "\n".join(listed)
+    return f"# Skills\n\n{_SKILLS_INTRO}\n\n" + "\n".join(listed)
 
 
 def _history_line(entry: HistoryLike) -> str:
@@ -246,7 +264,9 @@ def _archived_summary(inputs: PromptInputs) -> str:
 _SECTIONS = (
     ("identity", _identity),
     ("bootstrap", _bootstrap),
-    ("tool_contract", lambda _inputs: render("tool_contract.md").strip()),
+    ("tool_contract", lambda inputs: render(
+        "tool_contract_compact.md" if inputs.compact else "tool_contract.md"
+    ).strip()),
     ("memory", _memory),
     ("active_skills", _active_skills),
     ("skills", _skills),
@@ -274,6 +294,7 @@ def _inputs_key(inputs: PromptInputs) -> tuple[Any, ...]:
         inputs.max_history_entries,
         inputs.max_history_tokens,
         inputs.recent_history_note,
+        inputs.compact,
     )
 
 
@@ -320,6 +341,8 @@ class ContextBuilder:
     memory_budget: int = 0
     """Tokens USER.md + MEMORY.md may take; past that they are selected by relevance to the
     anchor (0: shown as read, cut at ``bootstrapMaxChars``)."""
+    compact: bool = False
+    """The short identity, tool contract and skills list (:func:`~.budget.compact_prompt`)."""
     _fitted: OrderedDict[tuple[Any, ...], tuple[str | None, str | None]] = field(
         default_factory=OrderedDict, repr=False
     )
@@ -383,6 +406,7 @@ class ContextBuilder:
             max_history_entries=self.max_history_entries,
             max_history_tokens=self.max_history_tokens,
             recent_history_note=recent_history_note,
+            compact=self.compact,
         )
 
     def build(self, **kwargs: Any) -> SystemPrompt:

@@ -79,9 +79,9 @@ def recall_tools(
     async def memory_search(
         query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
     ) -> str:
-        """Search everything remembered: archived history, past conversations (all chats,
-        including messages already summarised) and the memory files. Each result starts
-        with a citation; pass it to memory_get to read the full entry.
+        """Search everything remembered: archived history, past conversations and the memory
+        files. Conversations of every chat count, including messages already summarised;
+        each result starts with a citation, which memory_get expands to the full entry.
 
         Args:
             query: Plain words to look for, in any language; no search syntax needed.
@@ -105,12 +105,13 @@ def recall_tools(
         return f"{format_hits(hits)}\n{_GET_HINT}"
 
     async def memory_get(citation: str, around: int = 3) -> str:
-        """Expand a citation from memory_search: the full history entry, the conversation
-        messages around a session message, or the lines around a memory-file line.
+        """Expand a citation from a memory_search result to its full text. That is the whole
+        history entry, the conversation messages around a session message, or the lines
+        around a memory-file line.
 
         Args:
-            citation: A citation exactly as memory_search printed it, e.g. history#42,
-                session cli:direct#118 or memory/MEMORY.md:12.
+            citation: A citation copied exactly from a memory_search result (the text in
+                its first brackets); never make one up.
             around: How many messages (or lines) to show on each side (0-20).
         """
         try:

@@ -33,6 +33,7 @@ __all__ = [
     "Tool",
     "ToolRegistry",
     "ToolResult",
+    "first_sentence",
     "tool",
 ]
 
@@ -86,14 +87,35 @@ class Tool:
         """Call the underlying function directly (a decorated function stays usable)."""
         return self.fn(*args, **kwargs)
 
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool definition sent to the model."""
+    def schema(self, *, compact: bool = False) -> dict[str, Any]:
+        """The OpenAI function-tool definition sent to the model. ``compact`` (small context
+        windows): the description's first sentence and the required parameters, without
+        descriptions. Optional parameters are still accepted (arguments are checked against
+        the full schema), and the results that need one name it (read_file's "Read on with
+        offset=...", edit_file's "set replace_all")."""
+        if not compact:
+            return {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.parameters,
+                },
+            }
+        required = self.parameters.get("required", [])
+        properties = {
+            name: {k: v for k, v in spec.items() if k not in ("description", "default")}
+            for name, spec in self.parameters.get("properties", {}).items()
+            if name in required
+        }
+        parameters = {**self.parameters, "properties": properties}
+        parameters.pop("additionalProperties", None)  # the registry checks arguments anyway
         return {
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
+                "description": first_sentence(self.description),
+                "parameters": parameters,
             },
         }
 
@@ -132,11 +154,13 @@ def tool(
 
 
 class ToolRegistry:
-    """The set of tools offered to the model, in a stable (name) order."""
+    """The set of tools offered to the model, in a stable (name) order. ``compact``: the
+    schemas are :meth:`Tool.schema` ``(compact=True)`` (for small context windows)."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), *, compact: bool = False) -> None:
         self._tools: dict[str, Tool] = {}
         self._schemas: list[dict[str, Any]] | None = None
+        self.compact = compact
         self.extend(tools)
 
     def register(self, tool: Tool, *, replace: bool = False) -> None:
@@ -166,13 +190,13 @@ class ToolRegistry:
         missing = [n for n in wanted if n not in self._tools]
         if missing:
             raise ValueError(f"unknown tool(s): {', '.join(missing)}")
-        return ToolRegistry(self._tools[n] for n in dict.fromkeys(wanted))
+        return ToolRegistry((self._tools[n] for n in dict.fromkeys(wanted)), compact=self.compact)
 
     def schemas(self) -> list[dict[str, Any]]:
         """Tool definitions for a request. The same object is returned until the registry
         changes; treat it as read-only."""
         if self._schemas is None:
-            self._schemas = [self._tools[n].schema() for n in self.names()]
+            self._schemas = [self._tools[n].schema(compact=self.compact) for n in self.names()]
         return self._schemas
 
     def __contains__(self, name: object) -> bool:
@@ -220,6 +244,14 @@ def _as_result(value: Any) -> ToolResult:
 
 
 # --- docstrings -------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a description (the whole text when it has one)."""
+    return _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?):\s*$")
 _ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")

@@ -56,7 +56,7 @@ def file_tools(
     file_lock = lock or _no_lock
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
-        """Read a UTF-8 text file; long output is cut with a note saying how to read on.
+        """Read a UTF-8 text file. Long output is cut with a note saying how to read on.
 
         Args:
             path: File path, relative to the workspace or absolute.
@@ -66,7 +66,7 @@ def file_tools(
         return _read(policy, path, offset, limit, max_read_chars)
 
     def write_file(path: str, content: str) -> str:
-        """Create or overwrite a file with the given content (parent directories are created).
+        """Create or overwrite a file with the given content. Parent directories are created.
 
         Args:
             path: File path, relative to the workspace or absolute.
@@ -85,7 +85,7 @@ def file_tools(
         return f"{verb} {policy.display(target)} ({len(data)} bytes written){note}"
 
     def edit_file(path: str, old_text: str, new_text: str, replace_all: bool = False) -> str:
-        """Replace an exact piece of text in a file; old_text must match exactly once unless replace_all is true.
+        """Replace an exact piece of text in a file. old_text must match exactly once unless replace_all is true.
 
         Args:
             path: File path, relative to the workspace or absolute.
@@ -98,7 +98,7 @@ def file_tools(
             return _edit(policy, path, old_text, new_text, replace_all, redact)
 
     def list_dir(path: str = ".") -> str:
-        """List a directory: subdirectories end with '/', files show their size, symlinks their target.
+        """List a directory. Subdirectories end with '/', files show their size, symlinks their target.
 
         Args:
             path: Directory path, relative to the workspace or absolute.

@@ -311,7 +311,7 @@ def exec_tool(
             prefix=prefix,
         )  # fmt: skip
 
-    exec_.__doc__ = f"""Run a shell command (bash -c) in the workspace and return its output and exit code.
+    exec_.__doc__ = f"""Run a shell command in the workspace. It runs with bash -c; its output and exit code come back.
 
         Args:
             command: The shell command line to run. stdin is empty; do not start interactive programs.
