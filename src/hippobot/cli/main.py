@@ -256,12 +256,13 @@ def serve(
     run_server(settings, host=host, port=port)
 
 
-from hippobot.cli import import_cmd as _import_cmd  # noqa: E402  (registers commands)
+from hippobot.cli import doctor as _doctor  # noqa: E402  (registers commands)
+from hippobot.cli import import_cmd as _import_cmd  # noqa: E402
 from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 from hippobot.cli import usage_cmd as _usage_cmd  # noqa: E402
 
-__all__ += ["_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd"]
+__all__ += ["_doctor", "_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd"]
 
 
 def _summary(text: str | None) -> str | None:

@@ -24,6 +24,11 @@ wait their turn inside the server (like llama-cpp-python with ``interrupt_reques
 :attr:`ScriptedModel.peak_in_flight` is the most requests it ever had at once, waiting or
 answered.
 
+What the server says about itself is not queued either: :meth:`ScriptedModel.serve_like`
+makes it answer the metadata requests of llama.cpp (``GET /props``, ``GET /slots``), vLLM
+(``max_model_len`` in ``GET /v1/models``) or Ollama (``POST /api/show``) with a context size;
+by default it answers them 404, as llama-cpp-python's server does.
+
 Embeddings (``POST /v1/embeddings`` over HTTP) are not queued: set
 :attr:`ScriptedModel.embedding` to a function from text to vector (``None`` answers 404),
 :attr:`ScriptedModel.embedding_delay` to make each call slow, and read
@@ -194,6 +199,22 @@ class ScriptedModel:
         self.embedding: Callable[[str], list[float]] | None = None
         self.embedding_delay: float = 0.0
         self.embedding_inputs: list[str] = []
+        self.server_kind: Literal["llama.cpp", "vllm", "ollama"] | None = None
+        self.server_context: int | None = None
+        self.model_max_context: int | None = None
+
+    def serve_like(
+        self,
+        kind: Literal["llama.cpp", "vllm", "ollama"],
+        *,
+        n_ctx: int | None,
+        model_max: int | None = None,
+    ) -> ScriptedModel:
+        """Answer the metadata requests of that server with a context of ``n_ctx`` tokens
+        (Ollama: ``num_ctx`` in the model's parameters, none when ``None``; ``model_max``:
+        the context length the model itself supports)."""
+        self.server_kind, self.server_context, self.model_max_context = kind, n_ctx, model_max
+        return self
 
     # --- scripting ----------------------------------------------------------------
 

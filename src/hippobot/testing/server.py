@@ -380,25 +380,40 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.track(self.connection, add=False)
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0].rstrip("/") in ("/v1/models", "/models"):
-            model = self.server.model.model_name
-            self._json(
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {"id": model, "object": "model", "created": 0, "owned_by": "hippobot"}
-                    ],
-                },
-            )
+        path = self.path.split("?")[0].rstrip("/")
+        scripted = self.server.model
+        if path in ("/v1/models", "/models"):
+            entry: dict[str, Any] = {
+                "id": scripted.model_name, "object": "model", "created": 0, "owned_by": "hippobot",
+            }
+            if scripted.server_kind == "vllm" and scripted.server_context is not None:
+                entry["max_model_len"] = scripted.server_context
+            self._json(200, {"object": "list", "data": [entry]})
+        elif scripted.server_kind == "llama.cpp" and path in ("/props", "/slots"):
+            settings = {"n_ctx": scripted.server_context, "model": scripted.model_name}
+            if path == "/props":
+                self._json(200, {"default_generation_settings": settings, "total_slots": 1})
+            else:
+                self._json(200, [{"id": 0, **settings, "is_processing": False}])
         else:
             self._json(404, openai_error_body(404, f"no such path {self.path}"))
+
+    def _ollama_show(self) -> None:
+        scripted = self.server.model
+        info: dict[str, Any] = {"general.architecture": "qwen2"}
+        if scripted.model_max_context is not None:
+            info["qwen2.context_length"] = scripted.model_max_context
+        params = f"num_ctx {scripted.server_context}\n" if scripted.server_context else ""
+        self._json(200, {"parameters": params + "temperature 0.7", "model_info": info})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw_bytes = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0].rstrip("/")
         api = "anthropic" if path.endswith("/messages") else "openai"
+        if path == "/api/show" and self.server.model.server_kind == "ollama":
+            self._ollama_show()
+            return
         if path.endswith("/embeddings"):
             self._embeddings(raw_bytes)
             return
