@@ -177,7 +177,7 @@ def pregenerate(settings: Settings, workload: Workload, turns: int, fixed_tokens
     every such N starts its measured turns with the same replay window.
     """
     d = settings.defaults
-    budget = Budget(d.context_window_tokens, d.max_tokens, d.consolidation_threshold,
+    budget = Budget(d.context_window_tokens, d.reply_tokens, d.consolidation_threshold,
                     d.consolidation_ratio)
     memory = MemoryStore(settings.workspace)
     start = datetime.now().astimezone() - timedelta(minutes=2 * turns + 10)

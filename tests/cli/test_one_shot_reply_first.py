@@ -29,7 +29,7 @@ def small_window_home(home, window: int = 4096):
     assert run(["onboard"], home).returncode == 0
     config = home / "config.json"
     text = re.sub(r'"contextWindowTokens": \d+', f'"contextWindowTokens": {window}', config.read_text())
-    config.write_text(re.sub(r'"maxTokens": \d+', '"maxTokens": 512', text))
+    config.write_text(re.sub(r'"maxTokens": (\d+|null)', '"maxTokens": 512', text))
     return load_settings({"HIPPOBOT_HOME": str(home)}).workspace
 
 

@@ -10,7 +10,7 @@ from hippobot.lifecycle.summaries import parse_summary, raw_entry
 from hippobot.memory.history import HistorySource
 from hippobot.testing.archivist import archivist, is_archive_request
 
-SMALL = {"context_window_tokens": 6000, "max_tokens": 500}
+SMALL = {"context_window_tokens": 5250, "max_tokens": 500}  # compact prompt: the room 6,000 left the full one
 
 
 def history_lines(agent):

@@ -19,7 +19,7 @@ def small_window_home(home, window: int = 4096, max_tokens: int = 512):
     config = home / "config.json"
     text = config.read_text()
     text = re.sub(r'"contextWindowTokens": \d+', f'"contextWindowTokens": {window}', text)
-    text = re.sub(r'"maxTokens": \d+', f'"maxTokens": {max_tokens}', text)
+    text = re.sub(r'"maxTokens": (\d+|null)', f'"maxTokens": {max_tokens}', text)
     config.write_text(text)
     return load_settings({"HIPPOBOT_HOME": str(home)}).workspace
 

@@ -333,7 +333,7 @@ def test_each_person_logs_in_to_the_page_of_their_own_memory(hippobot_home, make
 
     assert login.status_code == 303
     assert page.status_code == 200 and "Alice keeps bees." in page.text
-    assert "The owner&#x27;s own notes." not in page.text
-    assert "The owner&#x27;s own notes." in owner_page.text and "Alice keeps bees." not in owner_page.text
+    assert "The owner's own notes." not in page.text
+    assert "The owner's own notes." in owner_page.text and "Alice keeps bees." not in owner_page.text
     alice.close()
     owner_browser.close()
