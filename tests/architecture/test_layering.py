@@ -67,7 +67,7 @@ def layer_violations() -> list[str]:
                 bad.append(where + " (lifecycle sits above its services)")
             if pkg == "providers" and target == "memory":
                 bad.append(where + " (providers know nothing of memory)")
-            if pkg in {"messages", "errors", "redact", "locks", "workspace", "atomic", "safeio"} and target in (
+            if pkg in {"messages", "errors", "redact", "locks", "workspace", "atomic", "safeio", "factmatch"} and target in (
                 LOWER | FRONT | {"agent", "lifecycle"}
             ):
                 bad.append(where + " (a base module imports no layer)")

@@ -23,16 +23,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hippobot.factmatch import content_words
+
 __all__ = ["ALWAYS_MARK", "MemoryView", "relevance_terms", "select_memory", "split_budget"]
 
 ALWAYS_MARK = "<!-- always -->"
 _NOTE_HEADINGS = 6  # left-out sections named in the note
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 _BULLET = re.compile(r"^\s{0,3}(?:[-*+]|\d+[.)])\s+")
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your", "about", "into", "than", "then", "there", "these", "those"]
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +57,9 @@ class _Item:
 
 
 def relevance_terms(text: str) -> Counter[str]:
-    """Lower-cased content words (stop words dropped, a plural ``s`` folded)."""
-    out: Counter[str] = Counter()
-    for word in _WORD.findall(text.lower()):
-        if word in _STOP or (len(word) < 3 and word.isascii()):
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]
-        out[word] += 1
-    return out
+    """Content words of ``text`` as the fact matcher folds them (stop words dropped, a
+    plural ``s`` folded), counted."""
+    return Counter(content_words(text))
 
 
 def _items(text: str) -> list[_Item]:

@@ -7,8 +7,13 @@ A Dream batch may only move the cursor past its entries when each ``[permanent]`
 ``known``     a memory file already stated it before the batch (where),
 ``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``; a
               ``[permanent]`` fact, which the user asked to keep, only when a later line of
-              the batch comes back to it), a later correction supersedes it, or the user
+              the batch replaces it), a later correction supersedes it, or the user
               reverted it (``do_not_readd``).
+
+Which earlier fact a correction replaces is read from the line, not guessed: consolidation
+writes ``(replaces #12: <the earlier fact>)``; older entries say "X, not Y"
+(:meth:`Fact.replaces`). Every text comparison is the fact matcher's
+(:mod:`hippobot.factmatch`).
 
 Anything else is ``missing``, and a correction whose old value some file still states as
 current is ``stale``: both keep the batch pending.
@@ -19,21 +24,23 @@ a text edit format, a person), so every way of editing is accounted the same way
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hippobot.factmatch import find_statement, keywords, mentions_old_value, same_line, states, stem
 from hippobot.memory.facts import (
+    Replaces,
     fact_lines,
-    find_statement,
-    mentions_old_value,
+    replaced_value,
+    replaces_ref,
     split_correction,
-    states,
 )
 from hippobot.memory.history import HistoryEntry
 
-__all__ = ["Fact", "Outcome", "account", "batch_facts", "format_outcomes", "unaccounted"]
+__all__ = [
+    "Fact", "Outcome", "account", "batch_facts", "format_outcomes", "old_value", "superseded_by", "unaccounted",
+]
 
 Status = Literal["written", "known", "rejected", "missing", "stale"]
 
@@ -52,6 +59,31 @@ class Fact:
     @property
     def old(self) -> str | None:
         return split_correction(self.text)[1] if self.kind == "correction" else None
+
+    @property
+    def ref(self) -> Replaces | None:
+        """The earlier fact this line names as the one it replaces, if it names one."""
+        return replaces_ref(self.text)[1]
+
+    def replaces(self, earlier: Fact) -> bool:
+        """Whether this (later) line of the batch replaces ``earlier``.
+
+        With a reference (``(replaces #12: ...)``, written by consolidation): the fact it
+        names, by cursor and text. Without one (older entries): a line that says
+        "X, not Y" (whatever its tag) about a fact that still says Y.
+        """
+        if earlier is self or self.cursor < earlier.cursor:
+            return False
+        ref = self.ref
+        if ref is not None:
+            if ref.cursor is not None and ref.cursor != earlier.cursor:
+                return False
+            if ref.text is not None:
+                return states(earlier.text, ref.text) or same_line(earlier.text, ref.text)
+            # Only the entry is named: the fact of it that is about the same thing.
+            return bool(_topic(earlier.text) & _topic(self.claim))
+        new, old = split_correction(self.text)
+        return old is not None and mentions_old_value(earlier.text, old, new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,37 +120,35 @@ def batch_facts(entries: Iterable[HistoryEntry]) -> list[Fact]:
     return out
 
 
-def _superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
+def _topic(text: str) -> set[str]:
+    return {stem(w) for w in keywords(text)[1]}
+
+
+def superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
+    """A later correction of the batch that replaces ``fact`` (and does not restate it)."""
     for later in facts:
-        if later.kind != "correction" or later is fact or later.cursor < fact.cursor:
-            continue
-        old = later.old
-        if old and mentions_old_value(fact.text, old, later.claim) and not states(
-            fact.text, later.claim, loose=True
-        ):
+        if later.kind == "correction" and later.replaces(fact) and not states(fact.text, later.claim, loose=True):
             return later
     return None
 
 
-_COMMON = frozenset({
-    "user", "said", "that", "this", "with", "have", "from", "about", "what", "when", "where",
-    "which", "there", "their", "they", "them", "please", "remember", "would", "could",
-    "should", "been", "were", "will", "your", "just", "also", "like", "very", "really",
-})
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]{4,}", text.lower()) if w not in _COMMON}
+def old_value(fact: Fact, facts: Sequence[Fact]) -> str | None:
+    """What a correction's new value replaces: named in its line, or, when it names only the
+    entry (``(replaces #12)``), what the replaced fact of the batch says that it does not."""
+    if fact.kind != "correction":
+        return None
+    if fact.old:
+        return fact.old
+    for earlier in facts:
+        if earlier is not fact and fact.replaces(earlier):
+            return replaced_value(earlier.text, fact.claim)
+    return None
 
 
 def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
-    """Whether a later fact of the batch mentions a word of ``fact`` again."""
-    words = _words(fact.claim)
-    later_facts = facts[facts.index(fact) + 1 :]
-    return any(
-        later != fact and later.cursor >= fact.cursor and words & _words(later.text)
-        for later in later_facts
-    )
+    """Whether a later line of the batch replaces ``fact`` (a correction, a retraction):
+    only then may the model decline a fact the user asked to keep."""
+    return any(later.replaces(fact) for later in facts)
 
 
 def _rejection(fact: Fact, rejections: Sequence[tuple[str, str]]) -> str | None:
@@ -140,7 +170,7 @@ def account(
     outcomes: list[Outcome] = []
     for fact in facts:
         loose = fact.kind == "correction"
-        if (later := _superseded_by(fact, facts)) is not None:
+        if (later := superseded_by(fact, facts)) is not None:
             outcomes.append(Outcome(fact, "rejected", reason=f"superseded by the correction in #{later.cursor}"))
             continue
         if any(states(line, fact.claim) for line in do_not_readd):
@@ -158,7 +188,7 @@ def account(
             else:
                 outcomes.append(Outcome(fact, "missing"))
             continue
-        old = fact.old
+        old = old_value(fact, facts)
         if old:
             stale = _stale_line(old, fact.claim, after)
             if stale is not None:

@@ -92,8 +92,27 @@ def summary_from_tool_call(arguments: str) -> ParsedSummary:
     lines = []
     for f in facts:
         if isinstance(f, dict) and str(f.get("kind", "")).lower() in KINDS and str(f.get("text", "")).strip():
-            lines.append(f"- [{str(f['kind']).lower()}] {str(f['text']).strip()}")
+            kind = str(f["kind"]).lower()
+            text = str(f["text"]).strip()
+            lines.append(f"- [{kind}] {text}{_reference(f.get('replaces'), text, kind)}")
     return ParsedSummary(tuple(dict.fromkeys(lines)))
+
+
+_CURSOR_REF = re.compile(r"^\s*(?:history)?#?(\d+)\s*(?::\s*(.*?))?\s*$", re.I)
+
+
+def _reference(replaces: object, text: str, kind: str) -> str:
+    """`` (replaces: <earlier fact>)`` / `` (replaces #N: ...)`` for a fact that names what it
+    replaces, so Dream's accounting reads which fact a correction replaces instead of guessing."""
+    if kind == "ephemeral" or not isinstance(replaces, str) or not replaces.strip():
+        return ""
+    value = " ".join(replaces.split()).strip(" ()")
+    if "(replaces" in text.lower():
+        return ""
+    m = _CURSOR_REF.match(value)
+    if m is not None:
+        return f" (replaces #{m.group(1)}: {m.group(2)})" if m.group(2) else f" (replaces #{m.group(1)})"
+    return f" (replaces: {value})"
 
 
 SAVE_SUMMARY_TOOL: dict[str, Any] = {
@@ -112,6 +131,13 @@ SAVE_SUMMARY_TOOL: dict[str, Any] = {
                         "properties": {
                             "kind": {"type": "string", "enum": list(KINDS)},
                             "text": {"type": "string"},
+                            "replaces": {
+                                "type": "string",
+                                "description": (
+                                    "Only when this fact corrects or replaces an earlier one: "
+                                    "that earlier fact, in the words it was recorded with."
+                                ),
+                            },
                         },
                         "required": ["kind", "text"],
                     },

@@ -12,19 +12,19 @@ bring the line back. The file is appended to by restores and versioned with the 
 files, so undoing a restore also takes its lines out of the ledger again.
 
 Invariants: reading is forgiving (a torn or foreign line is skipped); the matching rules
-(:func:`same_line`, :func:`restates`) are pure functions of their text.
+(:func:`same_line`, :func:`restates`) are those of the one fact matcher,
+:mod:`hippobot.factmatch`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from difflib import SequenceMatcher
 from pathlib import Path
 
+from hippobot.factmatch import covers, normalize_line, same_line
 from hippobot.safeio import read_text
 
 __all__ = [
@@ -39,12 +39,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LEDGER_PATH = "memory/reverted.jsonl"
-_SIMILAR = 0.85  # a rewording this close to a reverted line counts as the same line
 _RESTATED = 0.6  # share of a line's words a later history entry must contain
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset(
-    ["the", "and", "for", "with", "that", "this", "are", "was", "has", "have", "had", "not", "but", "from", "into", "user", "users", "who", "will", "would", "their", "there", "they", "them", "his", "her", "its"]
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,45 +54,20 @@ class RevertedLine:
         return json.dumps(asdict(self), ensure_ascii=False)
 
 
-def _normal(line: str) -> str:
-    """A line without list markers, case and extra spaces (``- **Boat**: X`` ~ ``boat: x``)."""
-    text = re.sub(r"^\s*(?:[-*+]|\d+[.)])\s+", "", line)
-    text = text.replace("**", "").replace("__", "").replace("`", "")
-    return " ".join(text.lower().split())
-
-
 def content_lines(text: str) -> list[str]:
     """The lines of a memory file that carry a fact: not blank, not a heading."""
     out = []
     for line in text.splitlines():
         stripped = line.strip()
-        if len(_normal(stripped)) < 3 or stripped.startswith("#"):
+        if len(normalize_line(stripped)) < 3 or stripped.startswith("#"):
             continue
         out.append(line.rstrip())
     return out
 
 
-def same_line(a: str, b: str) -> bool:
-    """True when ``b`` is ``a`` again, or a close rewording of it."""
-    na, nb = _normal(a), _normal(b)
-    if not na or not nb:
-        return False
-    return na == nb or SequenceMatcher(None, na, nb).ratio() >= _SIMILAR
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP}
-
-
 def restates(entry: str, line: str) -> bool:
     """True when a history entry's text states the fact of ``line`` (most of its words)."""
-    words = _words(line)
-    if not words:
-        return bool(_normal(line)) and _normal(line) in _normal(entry)
-    said, text = _words(entry), entry.lower()
-    # Scripts written without spaces (CJK) make long "words": look for those inside the text.
-    found = [w for w in words if w in said or (not w.isascii() and w in text)]
-    return len(found) >= _RESTATED * len(words)
+    return covers(entry, line, share=_RESTATED)
 
 
 def parse(text: str) -> list[RevertedLine]:
