@@ -107,6 +107,7 @@ class ScenarioResult:
     stages: dict[str, StageStats] = field(default_factory=lambda: {s: StageStats() for s in STAGES})
     failures: list[dict[str, str]] = field(default_factory=list)
     dream: str = ""
+    dream_details: dict[str, Any] = field(default_factory=dict)  # DreamResult.to_dict()
     raw_tool_text_replies: int = 0
     tool_calls_in_questions: int = 0
     wall_s: float = 0.0
@@ -126,6 +127,7 @@ class ScenarioResult:
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "failures": self.failures,
             "dream": self.dream,
+            "dream_details": self.dream_details,
             "raw_tool_text_replies": self.raw_tool_text_replies,
             "tool_calls_in_questions": self.tool_calls_in_questions,
             "wall_s": round(self.wall_s, 1),
@@ -360,6 +362,8 @@ async def run_scenario(
         with _timed(stages["dream"]):
             dream = await _case(result, "dream", "dream", agent.dream.run())
         result.dream = dream.describe() if dream is not None else "failed (see failures)"
+        if dream is not None:
+            result.dream_details = {**dream.to_dict(), "held": [h.to_dict() for h in dream.held]}
         files = _files_text(workspace)
         names = [t["function"]["name"] for t in agent.tools_for("cli:probe").schemas()]
         for fact in scenario.facts:
@@ -475,6 +479,13 @@ def format_table(results: list[ScenarioResult], label: str) -> str:
                 f"{s.uncached_tokens:>8} {s.completion_tokens:>7} {s.wall_s:>7.1f}"
             )
         lines.append(f"  dream: {r.dream.splitlines()[0] if r.dream else '-'}")
+        if r.dream_details:
+            d, edits = r.dream_details, r.dream_details.get("edit_calls", {})
+            lines.append(
+                f"  dream did: {len(d.get('findings', []))} finding(s), code placed {len(d.get('placed', []))}, "
+                f"model edit calls {edits.get('made', 0)} made / {edits.get('applied', 0)} applied, "
+                f"{len(d.get('held', []))} batch(es) held"
+            )
         lines.append(
             f"  tool calls in question turns: {r.tool_calls_in_questions}; replies showing a raw tool call: "
             f"{r.raw_tool_text_replies}"

@@ -102,6 +102,26 @@ class Workspace:
         return self.state_dir / "dream"
 
     @property
+    def dream_staged(self) -> Path:
+        """Dream's working copies of the memory files (edited, never the live files)."""
+        return self.dream_state / "staged"
+
+    @property
+    def dream_base(self) -> Path:
+        """The memory files as a Dream run found them (the base of its three-way merge)."""
+        return self.dream_state / "base"
+
+    @property
+    def dream_manifest(self) -> Path:
+        """Dream's commit point: present from the moment a run is committed until applied."""
+        return self.dream_state / "manifest.json"
+
+    @property
+    def dream_pending(self) -> Path:
+        """Why the last Dream run left entries pending (``memory history --pending``)."""
+        return self.dream_state / "pending.json"
+
+    @property
     def locks_dir(self) -> Path:
         return self.state_dir / "locks"
 

@@ -12,6 +12,7 @@ from hippobot.factmatch import covers, heading_matches, same_line, states
 from hippobot.lifecycle.accounting import Fact, account
 from hippobot.lifecycle.summaries import summary_from_tool_call
 from hippobot.memory.facts import split_correction
+from hippobot.testing.archivist import dreamer
 
 SRC = Path(hippobot.__file__).parent
 # recall/query.py is being rewritten apart; it is to call hippobot.factmatch after that.
@@ -71,3 +72,25 @@ def test_save_summary_records_which_fact_a_correction_replaces() -> None:
                             "- [durable] User plays chess")
     assert split_correction("User lives in Osaka (replaces: User lives in Tokyo)") == ("User lives in Osaka", "Tokyo")
     assert split_correction("User moved to Osaka, not Tokyo") == ("User moved to Osaka", "Tokyo")  # older entries
+
+
+async def test_a_correction_archived_through_save_summary_replaces_the_old_fact(make_agent, scripted_model):
+    agent = make_agent()
+    session_key = "cli:direct"
+    scripted_model.reply("noted")
+    await agent.turn(session_key, "I live in Tokyo")
+    session = agent.sessions.get(session_key)
+    scripted_model.reply_tool_call("save_summary", {"facts": [{"kind": "permanent", "text": "User lives in Tokyo"}]})
+    await agent.consolidator.archive_until(session, len(session.messages))
+    scripted_model.reply("noted")
+    await agent.turn(session_key, "Actually I moved: Osaka now")
+    scripted_model.reply_tool_call("save_summary", {"facts": [
+        {"kind": "correction", "text": "User lives in Osaka", "replaces": "#1"}]})
+    await agent.consolidator.archive_until(session, len(session.messages))
+    assert agent.memory.read_history()[-1].content == "- [correction] User lives in Osaka (replaces #1)"
+    scripted_model.fallback = dreamer
+    result = await agent.dream.run()
+    user = (agent.workspace / "USER.md").read_text()
+    assert "Osaka" in user and "Tokyo" not in user, user
+    statuses = {o.fact.text: o.status for o in result.outcomes}
+    assert statuses == {"User lives in Tokyo": "rejected", "User lives in Osaka (replaces #1)": "written"}

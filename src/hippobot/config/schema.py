@@ -66,6 +66,9 @@ class DreamConfig(_Model):
         default=None, validation_alias=AliasChoices("modelOverride", "model_override", "model")
     )
     """Model to use for Dream runs instead of the agent's model."""
+    edit_phase: bool = True
+    """After the analysis, let the model edit the files with ``edit_file`` before the code
+    places what it did not (off: the code places every finding, one request per batch)."""
     max_iterations: int = Field(default=12, ge=1)
     """Tool-call iterations a Dream edit phase may use before it is stopped."""
     max_tokens_per_run: int = Field(default=200_000, ge=1000)

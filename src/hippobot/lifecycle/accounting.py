@@ -54,11 +54,15 @@ class Fact:
     @property
     def claim(self) -> str:
         """What a file must state: for a correction, its new value."""
-        return split_correction(self.text)[0] if self.kind == "correction" else self.text
+        return self._split()[0]
 
     @property
     def old(self) -> str | None:
-        return split_correction(self.text)[1] if self.kind == "correction" else None
+        """The value it replaces: of a correction, or of a line that says "X, not Y"."""
+        return self._split()[1]
+
+    def _split(self) -> tuple[str, str | None]:
+        return split_correction(self.text, strict=self.kind != "correction")
 
     @property
     def ref(self) -> Replaces | None:
@@ -82,7 +86,7 @@ class Fact:
                 return states(earlier.text, ref.text) or same_line(earlier.text, ref.text)
             # Only the entry is named: the fact of it that is about the same thing.
             return bool(_topic(earlier.text) & _topic(self.claim))
-        new, old = split_correction(self.text)
+        new, old = self._split()
         return old is not None and mentions_old_value(earlier.text, old, new)
 
 
@@ -135,10 +139,10 @@ def superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
 def old_value(fact: Fact, facts: Sequence[Fact]) -> str | None:
     """What a correction's new value replaces: named in its line, or, when it names only the
     entry (``(replaces #12)``), what the replaced fact of the batch says that it does not."""
-    if fact.kind != "correction":
-        return None
     if fact.old:
         return fact.old
+    if fact.kind != "correction":
+        return None
     for earlier in facts:
         if earlier is not fact and fact.replaces(earlier):
             return replaced_value(earlier.text, fact.claim)

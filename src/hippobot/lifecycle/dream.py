@@ -1,59 +1,56 @@
 """Dream: distil pending history entries into SOUL.md, USER.md and memory/MEMORY.md (SPEC 4.4).
 
-A run processes the entries after ``.dream_cursor`` in batches until none is left:
+:meth:`Dream.run` is the one entry point (``/dream``, ``hippobot dream``, the schedule). A run
+takes the entries after ``.dream_cursor`` in batches, and each batch goes through the phases of
+:mod:`hippobot.lifecycle.dream_phases`:
 
-1. **Analysis** — the model reads a batch and the current files and lists findings, one per
-   line (``[USER]``, ``[SOUL]``, ``[MEMORY]``, ``[FILE-REMOVE]``, ``[SKIP]``).
-2. **Edit** — the model applies the findings with ``read_file``/``edit_file`` restricted to the
-   three files. Edits go to *staged copies* under ``.hippobot/dream/staged``, never to the live
-   files.
-3. **Apply** — a manifest is written (the commit point), then the staged files replace the live
-   ones (three-way merged with any edit the user made meanwhile), the cursor moves and one git
-   commit records the run. A run killed before the manifest leaves the live files untouched and
-   the entries pending; a run killed after it is rolled forward by the next run.
+1. **analyse** — the model lists findings (``[USER] fact``, ``[FILE-REMOVE] ...``, ``[SKIP]``);
+2. **edit** (optional, ``dream.editPhase``) — the model edits the staged copies
+   (:mod:`~hippobot.lifecycle.dream_edit`);
+3. **apply** — the code places every finding the files do not state yet
+   (:mod:`~hippobot.lifecycle.dream_apply`): the model decides what, the code decides how;
+4. **account** — every durable fact of the batch is written, already known or declined with a
+   reason; what is missing is asked for once more, then placed as the history states it; a
+   batch still unaccounted for is held (its edits dropped, its entries pending).
 
-One run per workspace at a time, across processes (a file lock). An iteration budget and a token
-budget stop a looping model with a clear log line.
+The edits go to staged copies; at the end one commit point (:class:`StagedRun`) merges them
+into the live files, moves the cursor past the accounted batches and makes one git commit.
+
+One run per workspace at a time, across processes (a file lock). An iteration budget and a
+token budget stop a looping model with a clear log line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
-import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING
 
 from hippobot.atomic import atomic_write_text
 from hippobot.errors import ProviderError, StorageError
-from hippobot.lifecycle.accounting import (
-    Fact,
-    Outcome,
-    account,
-    batch_facts,
-    format_outcomes,
-    unaccounted,
+from hippobot.lifecycle import dream_phases as phases
+from hippobot.lifecycle.dream_commit import StagedRun, read_file
+from hippobot.lifecycle.dream_findings import parse_findings, parse_rejections
+from hippobot.lifecycle.dream_result import (
+    DreamResult,
+    HeldBatch,
+    read_pending_reasons,
+    write_pending_reasons,
 )
-from hippobot.lifecycle.versions import CHAT_HINTS, Hints
 from hippobot.locks import LockTimeout, acquire_async
-from hippobot.loop.runner import Runner
 from hippobot.memory.history import HistoryEntry
-from hippobot.memory.ledger import RevertLedger, content_lines, restates
-from hippobot.messages import Message
-from hippobot.prompts import load, render
-from hippobot.providers.base import ChatRequest, Provider, Usage, collect
+from hippobot.memory.ledger import RevertLedger, restates
+from hippobot.prompts import load
+from hippobot.providers.base import ChatRequest, Provider, Usage
 from hippobot.providers.metering import usage_job
 from hippobot.providers.serial import background
-from hippobot.safeio import read_regular
 from hippobot.workspace import MEMORY_FILES, Workspace
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from hippobot.config.schema import DreamConfig
     from hippobot.context.budget import Budget
     from hippobot.memory.gitstore import GitStore
@@ -73,133 +70,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-_FINDING = re.compile(r"^\s*[-*]?\s*\[(USER|SOUL|MEMORY|FILE-REMOVE|[A-Z]+-REMOVE|SKIP)\]\s*(.*)$")
-_ENTRY_CAP = 2000
-_FILE_CAP = 12_000
 _GUIDE_CAP = 32_000
-_LEDGER_SHOWN = 50  # newest reverted lines shown to the analysis
-
-
-def parse_findings(text: str) -> tuple[list[str], bool]:
-    """Finding lines of a phase-1 answer, and whether the answer followed the format at all."""
-    findings, any_valid = [], False
-    for line in (text or "").splitlines():
-        m = _FINDING.match(line)
-        if m is None:
-            continue
-        any_valid = True
-        if m.group(1) != "SKIP" and m.group(2).strip():
-            findings.append(f"[{m.group(1)}] {m.group(2).strip()}")
-    return findings, any_valid
-
-
-_REJECT = re.compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$")
-# A quoted fact may itself hold a colon or dash ("User said: ..."): the quotes delimit it.
-_REJECT_QUOTED = re.compile(r'^\s*[-*]?\s*\[SKIP\]\s*["“](.+?)["”]\s*(?:—|–| - |:)\s*(.+?)\s*$')
-
-
-def parse_rejections(text: str) -> list[tuple[str, str]]:
-    """``[SKIP] "<fact>" — reason`` lines: (fact, reason) pairs the model declined."""
-    out = []
-    for line in (text or "").splitlines():
-        m = _REJECT_QUOTED.match(line) or _REJECT.match(line)
-        if m is not None:
-            out.append((m.group(1).strip(' "“”\''), m.group(2).strip()))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class HeldBatch:
-    """Entries a run left pending, and why."""
-
-    first: int
-    last: int
-    reason: str
-    facts: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {"from": self.first, "to": self.last, "reason": self.reason, "facts": list(self.facts)}
-
-
-def read_pending_reasons(workspace: Path) -> list[HeldBatch]:
-    """What the last Dream run left pending and why (``hippobot memory history --pending``)."""
-    try:
-        data = json.loads((workspace / ".hippobot" / "dream" / "pending.json").read_text(encoding="utf-8"))
-        return [
-            HeldBatch(int(h["from"]), int(h["to"]), str(h["reason"]), tuple(map(str, h.get("facts", ()))))
-            for h in data.get("held", [])
-        ]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-
-
-@dataclass(slots=True)
-class DreamResult:
-    status: Literal["nothing", "done", "dry-run", "failed", "busy", "stopped"]
-    entries: int = 0
-    batches: int = 0
-    findings: list[str] = field(default_factory=list)
-    files: tuple[str, ...] = ()
-    commit: str | None = None
-    error: str | None = None
-    seconds: float = 0.0
-    outcomes: list[Outcome] = field(default_factory=list)
-    held: list[HeldBatch] = field(default_factory=list)
-    withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
-
-    def accounting(self) -> str:
-        """One line per durable fact of the run, then what stays pending and why."""
-        lines = [format_outcomes(self.outcomes)] if self.outcomes else []
-        for h in self.held:
-            lines.append(f"Entries #{h.first}-#{h.last} stay pending: {h.reason}")
-        return "\n".join(lines)
-
-    @property
-    def ok(self) -> bool:
-        """False when the run could not do its work (scripts get a non-zero exit)."""
-        return self.status not in ("failed", "stopped", "busy")
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "status": self.status, "entries": self.entries, "batches": self.batches,
-            "findings": list(self.findings), "files": list(self.files), "commit": self.commit,
-            "error": self.error, "seconds": round(self.seconds, 3), "withheld": list(self.withheld),
-            "accounting": self.accounting(),
-        }
-
-    def describe(self, hints: Hints = CHAT_HINTS) -> str:
-        text = self._headline(hints)
-        extra = self.accounting() if self.status not in ("nothing", "busy", "dry-run") else ""
-        return f"{text}\n{extra}" if extra else text
-
-    def _headline(self, hints: Hints) -> str:
-        took = f" in {self.seconds:.1f}s"
-        if self.status == "nothing":
-            return (
-                "Nothing to dream about: no history entries are waiting. Entries are written "
-                "when a conversation outgrows the context window, on /new, or after "
-                "idleCompactAfterMinutes of silence (see `hippobot memory history`)."
-            )
-        if self.status == "busy":
-            return "Dream is already running in another process; try again when it finishes."
-        if self.status == "dry-run":
-            body = "\n".join(self.findings) or "(no findings)"
-            return f"Dry run over {self.entries} pending entr{'y' if self.entries == 1 else 'ies'}{took}; nothing was edited.\n{body}"
-        if self.status in ("failed", "stopped"):
-            done = f" ({self.batches} batch(es) completed before that)" if self.batches else ""
-            return f"Dream {self.status}{took}: {self.error}. The remaining entries stay pending{done}."
-        held = sum(h.last >= h.first for h in self.held)
-        tail = f"; {held} batch(es) stay pending" if held else ""
-        if not self.files:
-            return f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took}; no memory changes{tail}."
-        sha = f" (commit {self.commit[:8]})" if self.commit else ""
-        undo = f" {hints.restore} {self.commit[:8]}" if self.commit else f" {hints.restore}"
-        kept_out = f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
-        return (
-            f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
-            f"updated {', '.join(self.files)}{sha}{tail}.{kept_out} See {hints.log}; undo with{undo}."
-        )
 
 
 class _BudgetedProvider:
@@ -246,218 +117,33 @@ class Dream:
         self.config = config
         self.budget = budget
         self.redact = redact
-        self.state = self.paths.dream_state
-        self.staged = self.state / "staged"
-        self.manifest = self.state / "manifest.json"
+        self.commit_point = StagedRun(workspace, memory, git)
 
     @property
     def git(self) -> GitStore:
         return self._git()
 
+    @property
+    def staged(self) -> Path:
+        return self.commit_point.staged
+
+    @property
+    def manifest(self) -> Path:
+        return self.commit_point.manifest
+
+    def _stage(self) -> None:
+        self.commit_point.prepare()
+
+    def recover(self) -> tuple[tuple[str, ...], str | None]:
+        """Roll a committed-but-unapplied run forward (see :class:`StagedRun`). Blocking."""
+        return self.commit_point.recover()
+
     def guide(self) -> tuple[str, bool]:
         """The Dream guide in effect and whether it is the workspace's own."""
-        custom = self.paths.dream_guide
-        text = _read(custom, self.workspace).decode("utf-8", "replace")
+        text = read_file(self.paths.dream_guide, self.workspace)
         if text.strip():
             return text[:_GUIDE_CAP], True
         return load("dream_guide.md"), False
-
-    # --- run ----------------------------------------------------------------------------
-
-    async def run(self, *, dry_run: bool = False) -> DreamResult:
-        started = time.monotonic()
-        lock_path = self.paths.dream_lock
-        try:
-            held = await acquire_async(lock_path, timeout=0)
-        except LockTimeout:
-            return DreamResult("busy")
-        except OSError as exc:  # a full or read-only disk: say so in one line
-            raise StorageError(
-                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; "
-                "nothing was changed"
-            ) from exc
-        try:
-            with usage_job("dream"), background():  # a chat never waits for more than one request
-                result = await self._run(dry_run)
-        finally:
-            held.release()
-        result.seconds = time.monotonic() - started
-        return result
-
-    async def _run(self, dry_run: bool) -> DreamResult:
-        memory = self.memory
-        if not dry_run:
-            await asyncio.to_thread(self.recover)
-        pending = await asyncio.to_thread(memory.read_history, after=memory.dream_cursor())
-        if not pending:
-            return DreamResult("nothing")
-        provider = _BudgetedProvider(self._provider(), self.config.max_tokens_per_run)
-        result = DreamResult("done")
-        reverted = await asyncio.to_thread(self.do_not_readd, pending)
-        if not dry_run:
-            await asyncio.to_thread(self._stage_or_fail)
-        last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
-        batch: Sequence[HistoryEntry] = ()
-        snapshot: dict[str, str] = {}
-        try:
-            for batch in self._batches(pending):
-                if dry_run:
-                    result.findings += (
-                        await self._analyse(provider, batch, staged=False, reverted=reverted)
-                    )[0]
-                else:
-                    snapshot = self._files(self.staged)
-                    held = await self._batch(provider, batch, result, reverted)
-                    if held is not None:
-                        self._restore(snapshot)  # nothing of an unaccounted batch is kept
-                        result.held.append(held)
-                    elif not result.held:
-                        last_done = batch[-1].cursor
-                result.entries += len(batch)
-                result.batches += 1
-            batch = ()
-        except _OverBudget as exc:
-            log.info("Dream stopped: %s; the rest stays pending", exc)  # the caller reports it
-            result.status, result.error = "stopped", str(exc)
-        except ProviderError as exc:
-            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
-            log.info("Dream failed: %s; the entries stay pending", reason)  # the caller reports it
-            result.status, result.error = "failed", reason
-        if dry_run:
-            result.status = "dry-run" if result.status == "done" else result.status
-            return result
-        if batch:  # interrupted mid-batch: drop its half-made edits, report the rest as pending
-            if snapshot:
-                self._restore(snapshot)
-            result.held.append(HeldBatch(batch[0].cursor, pending[-1].cursor, f"Dream {result.status}: {result.error}"))
-        for h in result.held:
-            log.info("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
-        self._write_pending_reasons(result.held)
-        cursor = last_done if last_done is not None else memory.dream_cursor()
-        if cursor > memory.dream_cursor() or self._staged_changed():
-            result.withheld = await asyncio.to_thread(
-                self._honour_reverts, [e for e in pending if e.cursor <= cursor]
-            )
-            result.files, result.commit = await asyncio.to_thread(
-                self._apply, cursor, result.accounting()
-            )
-        else:
-            await asyncio.to_thread(shutil.rmtree, self.staged, ignore_errors=True)
-        return result
-
-    def _batches(self, pending: Sequence[HistoryEntry]) -> list[Sequence[HistoryEntry]]:
-        """At most ``batchSize`` entries each, and with a context window, at most a third of
-        the input budget of entry text, so Dream's requests fit a small window too."""
-        from hippobot.context.tokens import count_text
-
-        budget = self.budget
-        cap = max(300, budget.input // 3) if budget.enabled else None
-        out: list[Sequence[HistoryEntry]] = []
-        current: list[HistoryEntry] = []
-        used = 0
-        for entry in pending:
-            cost = count_text(entry.content[:_ENTRY_CAP]) + 12
-            full = len(current) >= self.config.batch_size or (cap is not None and current and used + cost > cap)
-            if full:
-                out.append(current)
-                current, used = [], 0
-            current.append(entry)
-            used += cost
-        if current:
-            out.append(current)
-        return out
-
-    async def _batch(
-        self,
-        provider: Provider,
-        batch: Sequence[HistoryEntry],
-        result: DreamResult,
-        reverted: Sequence[str] = (),
-    ) -> HeldBatch | None:
-        """Analyse, edit and account for one batch; a :class:`HeldBatch` when it must stay
-        pending. ``reverted``: :meth:`do_not_readd` for this run."""
-        facts = batch_facts(batch)
-        before = self._files(self.staged)
-        findings, valid, text = await self._analyse(provider, batch, staged=True, reverted=reverted)
-        if not valid:
-            log.warning(
-                "Dream analysis of entries #%d-#%d was empty or followed no known format; "
-                "asking once more", batch[0].cursor, batch[-1].cursor,
-            )
-            findings, valid, text = await self._analyse(
-                provider, batch, staged=True, reverted=reverted
-            )
-        if not valid:
-            if not facts:
-                log.warning(
-                    "Dream analysis of entries #%d-#%d followed no known format; they hold no "
-                    "durable facts, so nothing is lost", batch[0].cursor, batch[-1].cursor,
-                )
-                return None
-            return HeldBatch(
-                batch[0].cursor, batch[-1].cursor,
-                "the model's analysis was empty or followed no known format (asked twice)",
-                tuple(f.text for f in facts),
-            )
-        result.findings += findings
-        rejections = parse_rejections(text)
-        for chunk in self._chunks(findings):
-            rejections += parse_rejections(await self._edit(provider, chunk, reverted=reverted))
-        outcomes = self._account(facts, before, rejections, reverted)
-        missing = unaccounted(outcomes)
-        if missing:
-            log.info("Dream: %d fact(s) of entries #%d-#%d not accounted for; one more edit round",
-                     len(missing), batch[0].cursor, batch[-1].cursor)
-            for part in self._chunks(missing):
-                reply = await self._edit(provider, [], missing=part, reverted=reverted)
-                rejections += parse_rejections(reply)
-            outcomes = self._account(facts, before, rejections, reverted)
-            missing = unaccounted(outcomes)
-        result.outcomes += outcomes
-        if missing:
-            return HeldBatch(
-                batch[0].cursor, batch[-1].cursor,
-                f"{len(missing)} fact(s) not accounted for after a retry: "
-                + "; ".join(o.describe() for o in missing[:3]),
-                tuple(o.fact.text for o in missing),
-            )
-        return None
-
-    def _chunks(self, items: Sequence[T]) -> list[Sequence[T]]:
-        """Findings (or missing facts) split so one edit conversation, with a tool call and
-        result per item, fits the context window."""
-        if not items:
-            return []
-        from hippobot.context.tokens import count_text
-
-        budget = self.budget
-        if not budget.enabled:
-            return [items]
-        cap = max(200, budget.input // 8)
-        out: list[Sequence[T]] = []
-        current: list[T] = []
-        used = 0
-        for item in items:
-            text = item if isinstance(item, str) else getattr(getattr(item, "fact", None), "text", "")
-            cost = count_text(str(text)) + 40  # the finding, its edit call and the result
-            if current and used + cost > cap:
-                out.append(current)
-                current, used = [], 0
-            current.append(item)
-            used += cost
-        out.append(current)
-        return out
-
-    def _account(
-        self,
-        facts: Sequence[Fact],
-        before: dict[str, str],
-        rejections: list[tuple[str, str]],
-        reverted: Sequence[str] = (),
-    ) -> list[Outcome]:
-        return account(
-            facts, before, self._files(self.staged), rejections=rejections, do_not_readd=reverted
-        )
 
     def do_not_readd(self, pending: Sequence[HistoryEntry] = ()) -> list[str]:
         """Lines the user reverted (the ledger, ``memory/reverted.jsonl``) that Dream must
@@ -471,295 +157,185 @@ class Dream:
                 out[line.text] = None
         return list(out)
 
-    def _guide(self, reverted: Sequence[str] = ()) -> str:
-        guide = self.guide()[0]
-        if reverted:
-            shown = list(reverted)[-_LEDGER_SHOWN:]
-            guide += (
-                "\n\n## Lines the user undid\n"
-                "The user reverted these lines from the memory files and no newer conversation "
-                "states them again; do not add them back, nor a rewording of them:\n"
-            )
-            guide += "\n".join(f"- {line.lstrip('-*+ ').strip()}" for line in shown)
-        return guide
+    # --- the run ------------------------------------------------------------------------
 
-    def _restore(self, files: dict[str, str]) -> None:
-        for name, text in files.items():
-            atomic_write_text(self.staged / name, text)
-
-    def _staged_changed(self) -> bool:
-        base = self.state / "base"
-        return any(
-            (self.staged / name).exists()
-            and (self.staged / name).read_bytes() != ((base / name).read_bytes() if (base / name).exists() else b"")
-            for name in MEMORY_FILES
-        )
-
-    def _write_pending_reasons(self, held: list[HeldBatch]) -> None:
-        path = self.state / "pending.json"
+    async def run(self, *, dry_run: bool = False) -> DreamResult:
+        started = time.monotonic()
+        lock_path = self.paths.dream_lock
         try:
-            if held:
-                when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
-                atomic_write_text(path, json.dumps({"time": when, "held": [h.to_dict() for h in held]}, ensure_ascii=False))
-            else:
-                path.unlink(missing_ok=True)
-        except (OSError, StorageError) as exc:  # derived state: never fail a run over it
-            log.debug("could not record why entries stay pending: %s", exc)
+            held = await acquire_async(lock_path, timeout=0)
+        except LockTimeout:
+            return DreamResult("busy")
+        except OSError as exc:  # a full or read-only disk: say so in one line
+            raise StorageError(
+                f"Dream cannot take its lock {lock_path}: {exc.strerror or exc}; nothing was changed"
+            ) from exc
+        try:
+            with usage_job("dream"), background():  # a chat never waits for more than one request
+                result = await self._run(dry_run)
+        finally:
+            held.release()
+        result.seconds = time.monotonic() - started
+        return result
 
-    def _provider(self) -> Provider:
-        return self.model.provider
+    async def _run(self, dry_run: bool) -> DreamResult:
+        if not dry_run:
+            await asyncio.to_thread(self.recover)
+        pending = await asyncio.to_thread(self.memory.read_history, after=self.memory.dream_cursor())
+        if not pending:
+            return DreamResult("nothing")
+        reverted = await asyncio.to_thread(self.do_not_readd, pending)
+        model = phases.DreamModel(
+            _BudgetedProvider(self.model.provider, self.config.max_tokens_per_run),
+            self.config.model_override or self.model.name, self.model.max_tokens, self.model.temperature,
+        )
+        guide = phases.guide_text(self.guide()[0], reverted)
+        batches = phases.select_batches(pending, size=self.config.batch_size, token_cap=self._cap(3, 300))
+        result = DreamResult("done")
+        if dry_run:
+            return await self._dry_run(model, guide, batches, result)
+        await asyncio.to_thread(self.commit_point.prepare)
+        last_done: int | None = None  # the cursor may move up to here: every batch before is accounted
+        current: Sequence[HistoryEntry] = ()
+        try:
+            for current in batches:
+                held = await self._batch(model, guide, current, reverted, result)
+                if held is not None:
+                    result.held.append(held)
+                elif not result.held:
+                    last_done = current[-1].cursor
+                result.entries += len(current)
+                result.batches += 1
+            current = ()
+        except _OverBudget as exc:
+            log.info("Dream stopped: %s; the rest stays pending", exc)  # the caller reports it
+            result.status, result.error = "stopped", str(exc)
+        except ProviderError as exc:
+            reason = self.redact(str(exc))  # an endpoint may echo the key it rejected
+            log.info("Dream failed: %s; the entries stay pending", reason)  # the caller reports it
+            result.status, result.error = "failed", reason
+        if current:  # interrupted mid-batch: its half-made edits go, the rest is pending
+            result.held.append(HeldBatch(current[0].cursor, pending[-1].cursor, f"Dream {result.status}: {result.error}"))
+        await self._finish(result, pending, last_done)
+        return result
 
-    def _model(self) -> str:
-        return self.config.model_override or self.model.name
+    async def _dry_run(
+        self, model: phases.DreamModel, guide: str, batches: Sequence[Sequence[HistoryEntry]], result: DreamResult
+    ) -> DreamResult:
+        files = await asyncio.to_thread(phases.read_files, self.paths)
+        try:
+            for entries in batches:
+                batch = await phases.analyse(model, guide, phases.Batch.start(entries, files))
+                result.findings += batch.findings
+                result.entries += len(entries)
+        except _OverBudget as exc:
+            result.status, result.error = "stopped", str(exc)
+        except ProviderError as exc:
+            result.status, result.error = "failed", self.redact(str(exc))
+        if result.status == "done":
+            result.status = "dry-run"
+        return result
 
-    def _files(self, root: Path) -> dict[str, str]:
-        return {name: _read(root / name, root).decode("utf-8", "replace") for name in MEMORY_FILES}
-
-    @staticmethod
-    def _show(text: str) -> str:
-        text = text.strip()
-        if not text:
-            return "(empty)"
-        return text if len(text) <= _FILE_CAP else text[:_FILE_CAP] + "\n...[truncated]"
-
-    async def _analyse(
+    async def _batch(
         self,
-        provider: Provider,
-        batch: Sequence[HistoryEntry],
-        *,
-        staged: bool,
-        reverted: Sequence[str] = (),
-    ) -> tuple[list[str], bool, str]:
-        """Phase 1: (findings, whether the answer followed the format, the answer)."""
-        files = self._files(self.staged if staged else self.workspace)
-        history = "\n".join(
-            f"[#{e.cursor} {e.timestamp}] {e.content[:_ENTRY_CAP]}" for e in batch
+        model: phases.DreamModel,
+        guide: str,
+        entries: Sequence[HistoryEntry],
+        reverted: Sequence[str],
+        result: DreamResult,
+    ) -> HeldBatch | None:
+        """The phases of one batch; its edits reach the staged copies only when every
+        durable fact of it is accounted for (a :class:`HeldBatch` otherwise)."""
+        batch = phases.Batch.start(entries, await asyncio.to_thread(self.commit_point.read))
+        keep = False
+        try:
+            batch = await phases.analyse(model, guide, batch)
+            if not batch.valid:
+                return self._unformatted(batch)
+            result.findings += batch.findings
+            if self.config.edit_phase:
+                await self._edit_phase(model, guide, batch, result)
+            batch = phases.account(phases.apply(batch), reverted)
+            if batch.missing:
+                log.info("Dream: %d fact(s) of entries %s not accounted for; asking once more",
+                         len(batch.missing), batch.span)
+                for part in phases.chunks(batch.missing, token_cap=self._cap(8, 200)):
+                    batch = await phases.ask_missing(model, guide, batch, part)
+                batch = phases.account(batch, reverted)
+            if batch.missing:
+                batch = phases.account(phases.keep_what_was_kept_for(batch), reverted)
+            keep = not batch.missing
+        finally:  # the staged copies hold this batch's edits only once it is accounted for
+            await asyncio.to_thread(self.commit_point.write, batch.files if keep else batch.before)
+        result.outcomes += batch.outcomes
+        result.placed += batch.placed
+        if not batch.missing:
+            return None
+        return HeldBatch(
+            entries[0].cursor, entries[-1].cursor,
+            f"{len(batch.missing)} fact(s) not accounted for after a retry: "
+            + "; ".join(o.describe() for o in batch.missing[:3]),
+            tuple(o.fact.text for o in batch.missing),
         )
-        prompt = render(
-            "dream_phase1.md", guide=self._guide(reverted), soul=self._show(files["SOUL.md"]),
-            user=self._show(files["USER.md"]), memory=self._show(files["memory/MEMORY.md"]),
-            first=batch[0].cursor, last=batch[-1].cursor, history=history,
-        )
-        request = ChatRequest(
-            model=self._model(), messages=[{"role": "user", "content": prompt}],
-            max_tokens=min(4096, self.model.max_tokens),
-            temperature=self.model.temperature,
-        )
-        response = await collect(provider.stream(request))
-        findings, valid = parse_findings(response.text)
-        return findings, valid, response.text
 
-    def _honour_reverts(self, entries: Sequence[HistoryEntry]) -> list[str]:
-        """Take back out of the staged files each line the user reverted that this run added
-        again, unless one of ``entries`` newer than the undo states it again."""
+    def _unformatted(self, batch: phases.Batch) -> HeldBatch | None:
+        if not batch.facts:
+            log.warning("Dream analysis of entries %s followed no known format; they hold no "
+                        "durable facts, so nothing is lost", batch.span)
+            return None
+        return HeldBatch(
+            batch.entries[0].cursor, batch.entries[-1].cursor,
+            "the model's analysis was empty or followed no known format (asked twice)",
+            tuple(f.text for f in batch.facts),
+        )
+
+    async def _edit_phase(self, model: phases.DreamModel, guide: str, batch: phases.Batch, result: DreamResult) -> None:
+        from hippobot.lifecycle.dream_edit import edit_staged
+
+        for chunk in phases.chunks(batch.findings, token_cap=self._cap(8, 200)):
+            await asyncio.to_thread(self.commit_point.write, batch.files)
+            stats, reply = await edit_staged(
+                model, self.staged, guide, chunk, batch.files, max_iterations=self.config.max_iterations
+            )
+            result.edits.add(stats)
+            batch.rejections += parse_rejections(reply)
+            batch.files = await asyncio.to_thread(self.commit_point.read)
+
+    async def _finish(self, result: DreamResult, pending: Sequence[HistoryEntry], last_done: int | None) -> None:
+        """Record what stays pending; commit the accounted batches (files, cursor, one git
+        commit) or drop the staged copies when nothing changed."""
+        for h in result.held:
+            log.info("Dream left entries #%d-#%d pending: %s", h.first, h.last, h.reason)
+        await asyncio.to_thread(write_pending_reasons, self.paths, result.held)
+        cursor = last_done if last_done is not None else self.memory.dream_cursor()
+        if cursor > self.memory.dream_cursor() or await asyncio.to_thread(self.commit_point.changed):
+            result.withheld = await asyncio.to_thread(
+                self._withhold_reverted, [e for e in pending if e.cursor <= cursor]
+            )
+            result.files, result.commit = await asyncio.to_thread(
+                self.commit_point.commit, cursor, result.accounting()
+            )
+        else:
+            await asyncio.to_thread(self.commit_point.discard)
+
+    def _withhold_reverted(self, entries: Sequence[HistoryEntry]) -> list[str]:
         ledger = RevertLedger(self.workspace).read()
         if not ledger:
             return []
-        withheld: list[str] = []
-        for name in MEMORY_FILES:
-            staged, base = self.staged / name, self.state / "base" / name
-            if not staged.exists():
-                continue
-            new = staged.read_text(encoding="utf-8", errors="replace")
-            old = base.read_text(encoding="utf-8", errors="replace") if base.exists() else ""
-            before = set(content_lines(old))
-            drop = set()
-            for line in content_lines(new):
-                if line in before:
-                    continue
-                hit = RevertLedger.matching(ledger, line)
-                if hit is None or any(
-                    e.cursor > hit.after_cursor and restates(e.content, hit.text) for e in entries
-                ):
-                    continue
-                drop.add(line)
-                withheld.append(f"{name}: {line.strip()}")
-                log.info("Dream re-added %r, which the user reverted; leaving it out", line)
-            if drop:
-                kept = [ln for ln in new.splitlines(keepends=True) if ln.rstrip("\r\n").rstrip() not in drop]
-                atomic_write_text(staged, "".join(kept))
+        files, withheld = phases.withhold_reverted(self.commit_point.read(), self.commit_point.base(), ledger, entries)
+        self.commit_point.write(files)
         return withheld
 
-    async def _edit(
-        self,
-        provider: Provider,
-        findings: Sequence[str],
-        *,
-        missing: Sequence[Outcome] = (),
-        reverted: Sequence[str] = (),
-    ) -> str:
-        """Phase 2: apply ``findings`` to the staged files; returns the model's last answer.
-
-        With ``missing``, a retry: the facts the accounting could not find are listed, and
-        the model adds them or declines each with ``[SKIP] "<fact>" — reason``.
-        """
-        from hippobot.tools.base import ToolRegistry
-        from hippobot.tools.files import file_tools
-        from hippobot.tools.paths import PathPolicy
-
-        allowed = {(self.staged / name).resolve() for name in MEMORY_FILES}
-        policy = PathPolicy(self.staged, allowed_files=allowed)
-        registry = ToolRegistry()
-        registry.extend(t for t in file_tools(policy) if t.name in ("read_file", "edit_file"))
-        files = self._files(self.staged)
-        listed = "\n".join(findings) or "(none)"
-        if missing:
-            listed += (
-                "\n\nNot accounted for yet: no memory file states these facts from the history "
-                "(or a file still states the value a correction replaced). Add or fix each where "
-                "it belongs; to decline one, answer with a line [SKIP] \"<fact>\" — <reason>.\n"
-                + "\n".join(
-                    f"- {o.fact.text}" + (f" (still stated at {o.where})" if o.status == "stale" else "")
-                    for o in missing
-                )
-            )
-        prompt = render(
-            "dream_phase2.md", guide=self._guide(reverted), findings=listed,
-            soul=self._show(files["SOUL.md"]), user=self._show(files["USER.md"]),
-            memory=self._show(files["memory/MEMORY.md"]),
-        )
-        runner = Runner(
-            provider=provider, model=self._model(), tools=registry,
-            max_iterations=self.config.max_iterations,
-            max_tokens=min(4096, self.model.max_tokens),
-            temperature=self.model.temperature,
-        )
-
-        async def keep(msg: Message) -> Message:
-            return msg  # Dream's own conversation is not a user session
-
-        result = await runner.run([{"role": "user", "content": prompt}], keep)
-        if not result.tool_calls and self._files(self.staged) == files:  # text path (dream_text.py)
-            from hippobot.lifecycle.dream_text import apply_text_edits
-
-            applied = await asyncio.to_thread(apply_text_edits, self.staged, findings, result.reply)
-            log.info("Dream applied %d edit(s) from text: %s", len(applied), "; ".join(applied))
-        if result.stopped:
-            log.warning(
-                "Dream edit phase hit its limit of %d tool steps (agents.defaults.dream."
-                "maxIterations); keeping the edits made so far", self.config.max_iterations,
-            )
-        return result.reply or ""
-
-    # --- staging and the commit point ---------------------------------------------------
-
-    def _stage_or_fail(self) -> None:
-        """:meth:`_stage`, with a full or read-only disk reported as one clear line."""
-        try:
-            self._stage()
-        except OSError as exc:
-            shutil.rmtree(self.staged, ignore_errors=True)
-            why = exc.args[0][0][2] if isinstance(exc, shutil.Error) and exc.args[0] else exc
-            raise StorageError(
-                f"Dream could not prepare its working copies under {self.state} ({why}); "
-                "nothing was changed and the entries stay pending"
-            ) from exc
-
-    def _stage(self) -> None:
-        shutil.rmtree(self.staged, ignore_errors=True)
-        for name in MEMORY_FILES:
-            src, dst = self.workspace / name, self.staged / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(_read(src, self.workspace))  # a link out is staged as empty
-        base = self.state / "base"
-        shutil.rmtree(base, ignore_errors=True)
-        shutil.copytree(self.staged, base)
-
-    def _apply(self, cursor: int, accounting: str = "") -> tuple[tuple[str, ...], str | None]:
-        manifest = {
-            "cursor": cursor,
-            "time": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M"),
-            "accounting": accounting,
-        }
-        atomic_write_text(self.manifest, json.dumps(manifest))  # the commit point
-        return self.recover()
-
-    def recover(self) -> tuple[tuple[str, ...], str | None]:
-        """Roll a committed-but-unapplied run forward (idempotent); returns changed files, sha.
-
-        Blocking (file and git work): call it from a worker thread. It holds the memory
-        files' locks throughout, so an ``edit_file`` in a chat or a restore never lands
-        between reading a live file and replacing it with the merge.
-        """
-        if not self.manifest.exists():
-            shutil.rmtree(self.staged, ignore_errors=True)
-            return (), None
-        with self.paths.memory_files_lock():
-            return self._recover_locked()
-
-    def _recover_locked(self) -> tuple[tuple[str, ...], str | None]:
-        try:
-            manifest = json.loads(self.manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            shutil.rmtree(self.staged, ignore_errors=True)
-            return (), None
-        from hippobot.memory.gitstore import merge3
-
-        git = self.git
-        if not git.initialized:
-            git.init()  # versions are always on: the first Dream starts the history
-        if git.available and git.initialized:
-            git.commit("manual: edits before dream")  # keep the user's edits out of Dream's commit
-        changed: list[str] = []
-        for name in MEMORY_FILES:
-            staged = self.staged / name
-            if not staged.exists():
-                continue
-            new = staged.read_text(encoding="utf-8", errors="replace")
-            base_path = self.state / "base" / name
-            base = base_path.read_text(encoding="utf-8", errors="replace") if base_path.exists() else new
-            live_path = self.workspace / name
-            live = _read(live_path, self.workspace).decode("utf-8", "replace")
-            if new == base:
-                continue  # Dream did not touch it: leave the live file (and any user edit) alone
-            merged = merge3(base, live, new) if live != base else new
-            if merged is None:
-                log.warning("%s changed during Dream and the edits overlap; keeping your version", name)
-                continue
-            if merged != live:
-                atomic_write_text(live_path, merged)
-                changed.append(name)
-        self.memory.set_dream_cursor(int(manifest["cursor"]))
-        sha = None
-        if git.available and git.initialized:
-            from hippobot.memory.gitstore import dream_message
-
-            summary = git.diff_summary()
-            # The cursor moves on every run; only content edits count (and make a commit).
-            edits = tuple(f for f in summary.files if f.path in MEMORY_FILES)
-            if edits:
-                message = dream_message(manifest.get("time", ""), replace(summary, files=edits))
-                if manifest.get("accounting"):
-                    message += "\n\nAccounting:\n" + str(manifest["accounting"])
-                sha = git.commit(message)
-        self.manifest.unlink(missing_ok=True)
-        shutil.rmtree(self.staged, ignore_errors=True)
-        shutil.rmtree(self.state / "base", ignore_errors=True)
-        try:
-            self.memory.archive_processed()
-        except StorageError as exc:  # the archive stays as it is; the next run tries again
-            log.warning("could not move processed history entries to the archive: %s", exc)
-        return tuple(changed), sha
-
-
-def _read(path: Path, within: Path) -> bytes:
-    """A file Dream reads (memory file, guide): b"" when missing or unreadable, and when it is
-    a link out of the workspace or not a regular file (:mod:`hippobot.safeio`): what such a
-    link points at never reaches the model."""
-    try:
-        return read_regular(path, within=within)
-    except FileNotFoundError:
-        return b""
-    except OSError as exc:
-        log.warning("Dream does not read %s: %s", path, exc.strerror or exc)
-        return b""
+    def _cap(self, share: int, floor: int) -> int | None:
+        """A ``share``-th of the input budget (at least ``floor``), without a window none."""
+        return max(floor, self.budget.input // share) if self.budget.enabled else None
 
 
 def dream_prompt_command(dream: Dream, arg: str) -> str:
     """``/dream-prompt`` shows the guide in effect; ``/dream-prompt init`` makes it editable."""
     path = dream.paths.dream_guide
     if arg == "init":
-        if _read(path, dream.workspace).strip():
+        if read_file(path, dream.workspace).strip():
             return f"{path} already has your guide; edit it directly."
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, load("dream_guide.md"))  # replaces a link, never writes through

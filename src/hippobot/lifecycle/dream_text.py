@@ -1,27 +1,22 @@
-"""Dream's edit phase for models that cannot call tools: edits written as text, applied by code.
+"""Dream's edit phase for models that cannot call tools: edits written as text.
 
-Dream's edit phase normally works through ``edit_file`` tool calls. A model that answers with
-prose instead (or whose calls all failed) would leave the findings unapplied. When the edit
-phase changed nothing, :func:`apply_text_edits` applies, in this order:
+In the optional edit phase (:mod:`dream_edit`), a model that answers with prose instead of
+``edit_file`` calls may write its edits as blocks, which :func:`apply_text_edits` applies::
 
-1. edit blocks the model wrote in its answer::
+    EDIT USER.md
+    <<<
+    exact old text
+    ===
+    new text
+    >>>
 
-       EDIT USER.md
-       <<<
-       exact old text
-       ===
-       new text
-       >>>
+(an empty old part appends the new text to the file), and ``APPEND <file>`` followed by
+``- fact`` lines. A block whose old text is missing or ambiguous is skipped: the findings
+themselves reach the files anyway, placed by the code (:mod:`dream_apply`).
+:func:`edits_from_findings` gives the findings in the same edit form (append or remove).
 
-   (an empty old part appends the new text to the file), and ``APPEND <file>`` followed by
-   ``- fact`` lines;
-2. otherwise the phase-1 findings themselves: ``[USER]``/``[SOUL]``/``[MEMORY]`` facts are
-   appended as ``- fact`` lines under a ``## Learned in conversation`` heading of the file they
-   name (skipping facts the file already states), and ``[FILE-REMOVE] <file>: "<text>"``
-   removes that exact text (its whole line when the text sits on one line).
-
-Edits go to the files under ``root`` (Dream's staged copies), which Dream then applies as
-usual. Only the three memory files can be touched.
+Edits go to the files under ``root`` (Dream's staged copies). Only the three memory files
+can be touched.
 """
 
 from __future__ import annotations
@@ -30,6 +25,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from hippobot.factmatch import find_statement, same_line
+from hippobot.lifecycle.dream_apply import LEARNED_HEADING
+from hippobot.lifecycle.dream_findings import parse_finding
 
 __all__ = [
     "LEARNED_HEADING",
@@ -40,16 +39,11 @@ __all__ = [
     "parse_text_edits",
 ]
 
-LEARNED_HEADING = "## Learned in conversation"
 _FILES = {"USER.md": "USER.md", "SOUL.md": "SOUL.md", "MEMORY.md": "memory/MEMORY.md", "memory/MEMORY.md": "memory/MEMORY.md"}
-_TAG_FILE = {"USER": "USER.md", "SOUL": "SOUL.md", "MEMORY": "memory/MEMORY.md"}
 _EDIT = re.compile(
     r"^[ \t]*EDIT[ \t]+`?([\w./-]+)`?[ \t]*\n<<<[ \t]*\n(.*?)^===[ \t]*\n(.*?)^>>>[ \t]*$", re.M | re.S
 )
 _APPEND = re.compile(r"^[ \t]*APPEND[ \t]+`?([\w./-]+)`?[ \t]*\n((?:[ \t]*[-*][ \t]+.*(?:\n|$))+)", re.M)
-_FINDING = re.compile(r"^\[(USER|SOUL|MEMORY)\]\s*(.+)$")
-_REMOVE = re.compile(r"^\[(?:FILE|[A-Z]+)-REMOVE\]\s*`?([\w./-]+)`?\s*:\s*[\"“']?(.+?)[\"”']?\s*(?:[—–-]{1,2}\s.*)?$")
-_WORDS = re.compile(r"[a-z0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,30 +75,33 @@ def parse_text_edits(text: str) -> list[TextEdit]:
 
 
 def edits_from_findings(findings: Sequence[str]) -> list[TextEdit]:
-    """Append-lines and removals that apply phase-1 findings without any further model call."""
+    """The findings as plain edits: an append per fact, a removal per ``[FILE-REMOVE]``
+    that names its file (parsed by :func:`~hippobot.lifecycle.dream_findings.parse_finding`)."""
     edits: list[TextEdit] = []
-    for finding in findings:
-        remove = _REMOVE.match(finding)
-        if remove is not None:
-            name = _file(remove.group(1))
-            if name is not None and remove.group(2).strip():
-                edits.append(TextEdit(name, remove.group(2).strip(), ""))
+    for line in findings:
+        finding = parse_finding(line)
+        if finding is None or finding.file is None:
             continue
-        m = _FINDING.match(finding)
-        if m is not None:
-            fact = m.group(2).strip().rstrip(".")
-            if fact:
-                edits.append(TextEdit(_TAG_FILE[m.group(1)], "", f"- {fact}"))
+        if finding.action == "remove":
+            edits.append(TextEdit(finding.file, finding.text, ""))
+        else:
+            edits.append(TextEdit(finding.file, "", f"- {finding.text}"))
     return edits
 
 
-def _words(text: str) -> str:
-    return " ".join(_WORDS.findall(text.lower()))
+def _said(line: str, current: str) -> bool:
+    """Whether ``current`` already has ``line`` (the same heading, or a line stating it)."""
+    if line.lstrip().startswith("#"):
+        return line.strip() in (c.strip() for c in current.splitlines())
+    return any(same_line(line, c) for c in current.splitlines()) or (
+        find_statement(line, [("", current)]) is not None
+    )
 
 
 def _append(current: str, addition: str) -> str:
-    """``current`` with ``addition`` under the learned heading (created at the end if absent)."""
-    fresh = [line for line in addition.splitlines() if _words(line) and _words(line) not in _words(current)]
+    """``current`` with ``addition`` under the learned heading (created at the end if absent);
+    lines the file already states are left out."""
+    fresh = [line for line in addition.splitlines() if line.strip() and not _said(line, current)]
     if not fresh:
         return current
     block = "\n".join(fresh)
@@ -151,11 +148,6 @@ def apply_edits(root: Path, edits: Iterable[TextEdit]) -> list[str]:
     return done
 
 
-def apply_text_edits(root: Path, findings: Sequence[str], answer: str) -> list[str]:
-    """The text path: the answer's edit blocks if it has any, else the findings themselves."""
-    edits = parse_text_edits(answer)
-    if edits:
-        done = apply_edits(root, edits)
-        if done:
-            return done
-    return apply_edits(root, edits_from_findings(findings))
+def apply_text_edits(root: Path, answer: str) -> list[str]:
+    """Apply the ``EDIT``/``APPEND`` blocks of a model's answer to the files under ``root``."""
+    return apply_edits(root, parse_text_edits(answer))

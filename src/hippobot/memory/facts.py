@@ -49,6 +49,10 @@ _NOT_TAIL = re.compile(
     r"replacing|replaces)\b\s*(.+?)\)?\s*\.?\s*$",
     re.I,
 )
+# "switched from PostgreSQL to SQLite", "moved to Osaka from Tokyo"
+_CHANGE = r"\b(?:switched|moved|changed|migrated|converted|upgraded|went|changing|switching|moving)"
+_FROM_TO = re.compile(_CHANGE + r"(?P<cut>\s+from\s+(?P<old>[^,.;]+?))\s+(?=to\b)", re.I)
+_TO_FROM = re.compile(_CHANGE + r"\s+to\s+[^,.;]+?(?P<cut>\s+from\s+(?P<old>[^,.;]+))", re.I)
 # "(replaces: User lives in Tokyo)", "(replaces #12: ...)", "(replaces #12)" at the end
 _REF = re.compile(r"\s*\((?:replaces|corrects)(?:\s+#(\d+))?\s*(?::\s*(.*?))?\s*\)\s*\.?\s*$", re.I)
 
@@ -93,19 +97,28 @@ def fact_lines(content: str) -> list[FactLine]:
     return out
 
 
-def split_correction(text: str) -> tuple[str, str | None]:
-    """``("moved to Osaka", "Tokyo")`` for "moved to Osaka, not Tokyo"; ``(text, None)``
-    when no replaced value is named.
+def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | None]:
+    """``("moved to Osaka", "Tokyo")`` for "moved to Osaka, not Tokyo" (or "moved from Tokyo
+    to Osaka"); ``(text, None)`` when no replaced value is named.
 
     With a reference, ``"lives in Osaka (replaces: User lives in Tokyo)"``, the claim is the
     text before it and the old value is what the replaced fact says that the claim does not
     ("Tokyo"): its names and numbers, else its other words.
+
+    ``strict`` (for lines not tagged ``[correction]``): a "not" counts only after a comma,
+    dash or parenthesis ("likes tea, not coffee"), so "does not eat meat" stays whole.
     """
     body, ref = replaces_ref(text)
     m = _NOT_TAIL.search(body)
+    if m is not None and strict and not re.match(r"\s*[,;(—–-]", body[m.start() :]):
+        m = None
     if m is not None and m.start() > 0:
         old = m.group(1).strip(" .,;)")
         return body[: m.start()].strip(" ,;(—–-"), old or None
+    m = _FROM_TO.search(body) or _TO_FROM.search(body)
+    if m is not None and m.group("old").strip():
+        claim = body[: m.start("cut")] + body[m.end("cut") :]
+        return claim.strip(" ,;"), m.group("old").strip(" .,;")
     if ref is None or not ref.text:
         return body, None
     return body, replaced_value(ref.text, body)

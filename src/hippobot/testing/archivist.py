@@ -51,13 +51,14 @@ def archivist(request: RecordedRequest) -> str:
 
 PHASE1_MARK = "## Task: analysis"
 PHASE2_MARK = "## Task: apply the findings"
+MISSING_MARK = "## Task: facts still missing"
 FACTS_HEADING = "## Facts"
 
 
 def is_dream_request(request: RecordedRequest) -> bool:
     text = request.messages[0].get("content") if request.messages else ""
     text = content_text(text)
-    return PHASE1_MARK in text or PHASE2_MARK in text
+    return PHASE1_MARK in text or PHASE2_MARK in text or MISSING_MARK in text
 
 
 def _section(text: str, start: str, end: str | None) -> str:
@@ -121,11 +122,20 @@ def dream_edits(prompt: str, *, sloppy: bool = False) -> FallbackReply:
     return FallbackReply("", tuple(calls)) if calls else FallbackReply("Nothing to change.")
 
 
+def dream_missing(prompt: str) -> str:
+    """The retry for facts still missing: a ``[USER]`` finding for each one listed."""
+    listed = _section(prompt, MISSING_MARK, "For each fact")
+    facts = [line[2:].split(" (still stated at", 1)[0] for line in listed.splitlines() if line.startswith("- ")]
+    return "\n".join(f"[USER] {fact}" for fact in facts) or "[SKIP] nothing new"
+
+
 def dreamer(request: RecordedRequest, *, sloppy: bool = False) -> str | FallbackReply:
     """A scripted Dream: phase 1 lists the facts, phase 2 writes them, then says so."""
     prompt = request.last_user_text()
     if PHASE1_MARK in prompt:
         return dream_findings(prompt)
+    if MISSING_MARK in prompt:
+        return dream_missing(prompt)
     if any(m.get("role") == "tool" for m in request.messages):
         return "Applied the findings."
     return dream_edits(prompt, sloppy=sloppy)

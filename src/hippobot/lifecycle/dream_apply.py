@@ -1,0 +1,267 @@
+"""How Dream's findings reach the memory files: deterministic placement, no model involved.
+
+The analysis decides *what* (:class:`~hippobot.lifecycle.dream_findings.Finding`); this
+module decides *how*, on the file texts, so a finding lands even when a model cannot copy
+a line exactly:
+
+- **add** — a fact some memory file already states (the fact matcher,
+  :mod:`hippobot.factmatch`) is not written again. Otherwise it becomes a ``- fact`` line
+  at the end of a section: the heading the model named (matched forgivingly, created when
+  missing); else the section whose heading and lines share the most words with the fact;
+  else ``## Learned in conversation`` (created at the end of the file).
+- **replace** — an add that names an old value ("Osaka, not Tokyo") or the line it
+  replaces takes the place of the line that still says it; further lines saying it go.
+  A line that also carries something else ("Lives in Tokyo with Sam") is left alone, so a
+  replacement never loses another fact: the accounting then reports it as stale.
+- **remove** — the line that states the named text (under the named heading if there is
+  one, else in the named file, else in any memory file) goes, when exactly one best line
+  is found; nothing is removed on a guess.
+
+Replacements run first (in place), then removals, then additions: a removal of the old
+line after its replacement finds nothing, and a fact the batch adds is not taken out again.
+Pure functions over ``{file name: text}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hippobot.factmatch import (
+    content_words,
+    find_statement,
+    heading_matches,
+    keywords,
+    line_similarity,
+    mentions_old_value,
+    states,
+    stem,
+)
+from hippobot.lifecycle.dream_findings import Finding
+
+__all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
+
+LEARNED_HEADING = "## Learned in conversation"
+_HEADING = re.compile(r"^(#{1,6})\s+\S")
+_MARK = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
+_SECTION_MIN = 2  # shared words (a heading word counts twice) to choose a section
+
+
+@dataclass(slots=True)
+class Placement:
+    """The files after the findings, and one line per change (for the log and reports)."""
+
+    files: dict[str, str]
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already present, or nothing found
+
+
+def apply_findings(files: Mapping[str, str], findings: Iterable[Finding]) -> Placement:
+    """``files`` with ``findings`` applied: replacements, then removals, then additions."""
+    out = Placement(dict(files))
+    ordered = sorted(findings, key=_order)
+    for finding in ordered:
+        if finding.action == "remove":
+            _remove(out, finding)
+        else:
+            _add(out, finding)
+    return out
+
+
+def _order(finding: Finding) -> int:
+    if finding.action == "remove":
+        return 1
+    return 0 if finding.old or finding.replaces else 2
+
+
+# --- sections -------------------------------------------------------------------------
+
+
+def _level(line: str) -> int:
+    m = _HEADING.match(line)
+    return len(m.group(1)) if m else 0
+
+
+def _section_end(lines: Sequence[str], heading_at: int) -> int:
+    """Index after the last non-blank line of the section that starts at ``heading_at``."""
+    level = _level(lines[heading_at])
+    end = heading_at + 1
+    last = heading_at
+    while end < len(lines) and not (0 < _level(lines[end]) <= level):
+        if _level(lines[end]) == 0 and lines[end].strip():
+            last = end
+        elif _level(lines[end]):
+            break  # a sub-heading: the section's own lines end here
+        end += 1
+    return last + 1
+
+
+def _headings(lines: Sequence[str]) -> list[int]:
+    return [i for i, line in enumerate(lines) if _level(line)]
+
+
+def _new_heading_level(lines: Sequence[str]) -> int:
+    levels = [_level(lines[i]) for i in _headings(lines) if _level(lines[i]) > 1]
+    return max(set(levels), key=levels.count) if levels else 2
+
+
+def _best_section(lines: Sequence[str], fact: str) -> int | None:
+    """The heading (not the file's title) whose words and lines share most with ``fact``."""
+    wanted = {stem(w) for w in content_words(fact)}
+    best, best_score = None, 0
+    for at in _headings(lines):
+        if _level(lines[at]) == 1:
+            continue
+        title = {stem(w) for w in content_words(lines[at].lstrip("#"))}
+        body = {stem(w) for line in lines[at + 1 : _section_end(lines, at)] for w in content_words(line)}
+        score = 2 * len(wanted & title) + len(wanted & (body - title))
+        if score > best_score:
+            best, best_score = at, score
+    return best if best_score >= _SECTION_MIN else None
+
+
+def _insert(text: str, line: str, heading: str) -> str:
+    """``text`` with ``line`` at the end of the section ``heading`` names (created at the end
+    of the file when missing), or of the best-matching section, or of the learned one."""
+    lines = text.splitlines()
+    at = next((i for i in _headings(lines) if heading and heading_matches(lines[i], heading)), None)
+    if at is None and not heading:
+        at = _best_section(lines, line)
+        if at is None:
+            at = next((i for i in _headings(lines) if lines[i].strip() == LEARNED_HEADING), None)
+    if at is None:
+        title = heading.lstrip("#").strip() if heading else ""
+        new = f"{'#' * _new_heading_level(lines)} {title}" if title else LEARNED_HEADING
+        body = "\n".join(lines).rstrip()
+        return f"{body}\n\n{new}\n{line}\n" if body else f"{new}\n{line}\n"
+    end = _section_end(lines, at)
+    lines.insert(end, line)
+    after = end + 1
+    if after < len(lines) and lines[after].strip() and _level(lines[after]):
+        lines.insert(after, "")  # keep a blank line before the next heading
+    return "\n".join(lines) + "\n"
+
+
+# --- add and replace --------------------------------------------------------------------
+
+
+def as_memory_line(fact: str) -> str:
+    """A history fact as a memory line: a leading "User said:" or "Remember that" dropped
+    (the rest as the history states it; USER.md speaks in the user's voice anyway)."""
+    text = re.sub(
+        r"^(?:the\s+)?user\s+(?:said|says|mentioned|stated|asked to remember)\s*(?:that\s*)?:?\s*",
+        "", fact.strip(), flags=re.I,
+    )
+    text = re.sub(r"^(?:please\s+)?remember(?:\s+this|\s+that)?\s*:?\s*", "", text, flags=re.I)
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] if text else fact.strip()
+
+
+def _as_line(text: str, like: str = "- ") -> str:
+    m = _MARK.match(like)
+    return f"{m.group(1) if m else '- '}{text}"
+
+
+def _loses_nothing(line: str, allowed: str) -> bool:
+    """Whether taking ``line`` out loses nothing beyond ``allowed``: no name or number it
+    does not hold, at most two other words ("- Lives in central Tokyo" for "Tokyo")."""
+    line_salient, line_other = keywords(line)
+    said = {stem(w) for group in keywords("x " + allowed) for w in group}
+    extra_salient = {stem(w) for w in line_salient} - said
+    extra_other = {stem(w) for w in line_other} - said
+    return not extra_salient and len(extra_other) <= 2
+
+
+def _stale_lines(files: Mapping[str, str], finding: Finding) -> list[tuple[str, int]]:
+    """(file, line index) of the lines that still say what ``finding`` replaces, the named
+    file first."""
+    found: list[tuple[str, int]] = []
+    order = [finding.file] + [n for n in files if n != finding.file]
+    for name in order:
+        if name is None or name not in files:
+            continue
+        for i, line in enumerate(files[name].splitlines()):
+            if not line.strip() or _level(line):
+                continue
+            if (finding.old and mentions_old_value(line, finding.old, finding.text)) or (
+                finding.replaces
+                and not states(line, finding.text, loose=True)
+                and (states(line, finding.replaces) or line_similarity(line, finding.replaces) >= 0.85)
+            ):
+                found.append((name, i))
+    return found
+
+
+def _add(out: Placement, finding: Finding) -> None:
+    if not any(keywords(finding.text)):  # "Name:", "- ...": nothing a file could state
+        out.skipped.append(f"{finding.text!r} states nothing")
+        return
+    present = find_statement(finding.text, out.files.items())
+    edits: dict[str, dict[int, str | None]] = {}  # file -> line index -> new line (None: drop)
+    old_value = " ".join(v for v in (finding.old, finding.replaces) if v)
+    for name, i in _stale_lines(out.files, finding) if old_value else []:
+        line = out.files[name].splitlines()[i]
+        if not _loses_nothing(line, f"{old_value} {finding.text}"):
+            out.skipped.append(f"{name}: kept {line.strip()!r}: it says more than {finding.old or finding.replaces!r}")
+            continue
+        if present is None:
+            edits.setdefault(name, {})[i] = _as_line(finding.text, line)
+            present = f"{name}:{i + 1}"
+            out.done.append(f"{name}: replaced {line.strip()!r} with {finding.text!r}")
+        else:
+            edits.setdefault(name, {})[i] = None
+            out.done.append(f"{name}: removed {line.strip()!r} ({finding.text!r} replaces it)")
+    for name, changes in edits.items():
+        lines = out.files[name].splitlines()
+        kept = [changes.get(i, line) for i, line in enumerate(lines)]
+        out.files[name] = "\n".join(line for line in kept if line is not None) + "\n"
+    if present is not None:
+        if not edits:
+            out.skipped.append(f"{finding.text!r} is already stated ({present})")
+        return
+    file = finding.file or "memory/MEMORY.md"
+    out.files[file] = _insert(out.files.get(file, ""), _as_line(finding.text), finding.heading)
+    where = f" under {finding.heading!r}" if finding.heading else ""
+    out.done.append(f"{file}: added {finding.text!r}{where}")
+
+
+# --- remove -----------------------------------------------------------------------------
+
+
+def _candidates(text: str, finding: Finding) -> list[tuple[float, int]]:
+    lines = text.splitlines()
+    scope = range(len(lines))
+    if finding.heading:
+        at = next((i for i in _headings(lines) if heading_matches(lines[i], finding.heading)), None)
+        if at is not None:
+            scope = range(at + 1, _section_end(lines, at))
+    out = []
+    for i in scope:
+        line = lines[i]
+        if not line.strip() or _level(line):
+            continue
+        score = line_similarity(line, finding.text)
+        if score >= 0.85 or states(line, finding.text):
+            out.append((max(score, 0.5), i))
+    return out
+
+
+def _remove(out: Placement, finding: Finding) -> None:
+    names = [finding.file] if finding.file in out.files else list(out.files)
+    hits = [(score, name, i) for name in names if name for score, i in _candidates(out.files[name], finding)]
+    if not hits:
+        out.skipped.append(f"nothing states {finding.text!r} to remove")
+        return
+    hits.sort(key=lambda h: -h[0])
+    if len(hits) > 1 and hits[0][0] == hits[1][0]:
+        out.skipped.append(f"{len(hits)} lines match {finding.text!r}; none removed")
+        return
+    _, name, i = hits[0]
+    lines = out.files[name].splitlines()
+    if not _loses_nothing(lines[i], finding.text):
+        out.skipped.append(f"{name}: kept {lines[i].strip()!r}: it says more than {finding.text!r}")
+        return
+    removed = lines.pop(i)
+    out.files[name] = "\n".join(lines) + ("\n" if lines else "")
+    out.done.append(f"{name}: removed {removed.strip()!r}")

@@ -1,0 +1,76 @@
+"""How the code applies Dream's findings to the file texts (pure, no model): the model's
+spelling of a tag, a heading or an old line does not decide whether a fact lands."""
+
+from __future__ import annotations
+
+from hippobot.lifecycle.dream_apply import LEARNED_HEADING, apply_findings, as_memory_line
+from hippobot.lifecycle.dream_findings import parse_finding, parse_findings
+
+MEMORY = "# Memory\n\n### Preferences\n- Likes tea\n\n### Projects and context\n- Apollo is a web shop\n"
+USER = "# User\n\n- Lives in Tokyo\n- Likes tea\n"
+
+
+def apply(files: dict[str, str], *lines: str) -> dict[str, str]:
+    findings = [parse_finding(line) for line in lines]
+    assert all(findings), lines
+    return apply_findings(files, [f for f in findings if f]).files
+
+
+def test_loosely_written_findings_are_read() -> None:
+    text = (
+        "Here is what I found:\n- [User] Has a cat named Luna\n* [MEMORY.md] Uses PostgreSQL 16\n"
+        "1. [memory: Projects] Apollo ships on Fridays\n[permanent] User is vegetarian\n"
+        "[USER] None\n[SKIP] the weather\n[FILE-REMOVE] USER.md > Home: \"Lives in Tokyo\" — moved\n"
+    )
+    findings, valid = parse_findings(text)
+    assert valid
+    assert findings == [
+        "[USER] Has a cat named Luna", "[MEMORY] Uses PostgreSQL 16", "[MEMORY:Projects] Apollo ships on Fridays",
+        "[USER] User is vegetarian", '[FILE-REMOVE] USER.md > Home: "Lives in Tokyo" — moved',
+    ]
+    removal = parse_finding(findings[-1])
+    assert removal is not None and (removal.action, removal.file, removal.heading, removal.text) == (
+        "remove", "USER.md", "Home", "Lives in Tokyo")
+    assert parse_findings("Sure, happy to help!") == ([], False)
+
+
+def test_a_fact_goes_to_the_section_it_fits_or_to_the_learned_one() -> None:
+    out = apply({"memory/MEMORY.md": MEMORY}, "[MEMORY] Project Apollo uses PostgreSQL 16", "[MEMORY] Owns a bike")
+    assert "### Projects and context\n- Apollo is a web shop\n- Project Apollo uses PostgreSQL 16\n" in out["memory/MEMORY.md"]
+    assert out["memory/MEMORY.md"].endswith(f"\n\n{LEARNED_HEADING}\n- Owns a bike\n")
+
+
+def test_a_named_heading_is_matched_forgivingly_or_created_at_the_files_level() -> None:
+    out = apply({"memory/MEMORY.md": MEMORY}, "[MEMORY:preference] Drinks oat milk", "[MEMORY:Health] Allergic to peanuts")
+    text = out["memory/MEMORY.md"]
+    assert "### Preferences\n- Likes tea\n- Drinks oat milk\n\n### Projects" in text
+    assert text.endswith("\n\n### Health\n- Allergic to peanuts\n")
+
+
+def test_a_correction_replaces_the_old_line_in_place_and_its_removal_finds_nothing_more() -> None:
+    out = apply({"USER.md": USER}, '[FILE-REMOVE] USER.md: "Lives in Tokyo" — moved', "[USER] Lives in Osaka, not Tokyo")
+    assert out["USER.md"] == "# User\n\n- Lives in Osaka\n- Likes tea\n"
+
+
+def test_a_line_that_says_more_than_the_old_value_is_never_replaced_or_removed() -> None:
+    files = {"USER.md": "# User\n\n- Lives in Tokyo with my partner Sam\n"}
+    out = apply(files, "[USER] Lives in Osaka, not Tokyo", '[FILE-REMOVE] "Lives in Tokyo"')
+    assert "- Lives in Tokyo with my partner Sam" in out["USER.md"]
+
+
+def test_a_removal_takes_one_clear_line_only() -> None:
+    files = {"USER.md": "# User\n\n## Old\n- Uses Vim 8\n\n## Now\n- Uses Vim 9\n- Uses Emacs 29\n"}
+    assert apply(files, '[FILE-REMOVE] USER.md > Old: "Uses Vim 8"')["USER.md"] == (
+        "# User\n\n## Old\n\n## Now\n- Uses Vim 9\n- Uses Emacs 29\n")
+    assert apply(files, '[USER-REMOVE] "Vim"')["USER.md"] == files["USER.md"]  # two candidates: none
+
+
+def test_nothing_is_added_twice_whatever_the_wording() -> None:
+    files = {"USER.md": "# User\n\n## Pets\n- Cat: Luna (grey tabby)\n"}
+    out = apply(files, "[USER] User has a cat named Luna", "[MEMORY] has a cat called Luna")
+    assert out == files
+
+
+def test_a_history_fact_reads_as_a_memory_line() -> None:
+    assert as_memory_line("User said: my locker code at work is 4417.") == "My locker code at work is 4417"
+    assert as_memory_line("Remember that I'm vegetarian") == "I'm vegetarian"
