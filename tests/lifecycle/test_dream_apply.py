@@ -74,3 +74,9 @@ def test_nothing_is_added_twice_whatever_the_wording() -> None:
 def test_a_history_fact_reads_as_a_memory_line() -> None:
     assert as_memory_line("User said: my locker code at work is 4417.") == "My locker code at work is 4417"
     assert as_memory_line("Remember that I'm vegetarian") == "I'm vegetarian"
+
+
+def test_an_empty_template_field_is_filled_in() -> None:
+    files = {"USER.md": "# User Profile\n\n- Name:\n- Location / timezone:\n- Languages:\n"}
+    out = apply(files, "[USER] Name: Maya", "[USER] location/timezone: Osaka (JST)")
+    assert out["USER.md"] == "# User Profile\n\n- Name: Maya\n- Location / timezone: Osaka (JST)\n- Languages:\n"

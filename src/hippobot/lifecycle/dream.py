@@ -228,6 +228,7 @@ class Dream:
                 batch = await phases.analyse(model, guide, phases.Batch.start(entries, files))
                 result.findings += batch.findings
                 result.entries += len(entries)
+                result.batches += 1
         except _OverBudget as exc:
             result.status, result.error = "stopped", str(exc)
         except ProviderError as exc:

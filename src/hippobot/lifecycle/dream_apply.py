@@ -221,9 +221,33 @@ def _add(out: Placement, finding: Finding) -> None:
             out.skipped.append(f"{finding.text!r} is already stated ({present})")
         return
     file = finding.file or "memory/MEMORY.md"
+    filled = _fill_field(out.files.get(file, ""), finding.text)
+    if filled is not None:
+        out.files[file] = filled
+        out.done.append(f"{file}: filled in {finding.text!r}")
+        return
     out.files[file] = _insert(out.files.get(file, ""), _as_line(finding.text), finding.heading)
     where = f" under {finding.heading!r}" if finding.heading else ""
     out.done.append(f"{file}: added {finding.text!r}{where}")
+
+
+_FIELD = re.compile(r"^(\s*[-*]\s+)([^:\n]{1,40}?)\s*:\s*$")
+_LABELLED = re.compile(r"^([^:\n]{1,40}?)\s*:\s*(\S.*)$")
+
+
+def _fill_field(text: str, fact: str) -> str | None:
+    """``text`` with an empty template field (``- Name:``) filled in by a fact written as
+    ``Name: Maya``; ``None`` when the file has no such empty field."""
+    m = _LABELLED.match(fact)
+    if m is None:
+        return None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        field = _FIELD.match(line)
+        if field is not None and heading_matches(field.group(2), m.group(1)):
+            lines[i] = f"{field.group(1)}{field.group(2)}: {m.group(2)}"
+            return "\n".join(lines) + "\n"
+    return None
 
 
 # --- remove -----------------------------------------------------------------------------
