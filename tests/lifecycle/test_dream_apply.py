@@ -20,7 +20,7 @@ def test_loosely_written_findings_are_read() -> None:
     text = (
         "Here is what I found:\n- [User] Has a cat named Luna\n* [MEMORY.md] Uses PostgreSQL 16\n"
         "1. [memory: Projects] Apollo ships on Fridays\n[permanent] User is vegetarian\n"
-        "[USER] None\n[SKIP] the weather\n[FILE-REMOVE] USER.md > Home: \"Lives in Tokyo\" — moved\n"
+        "[USER] None\n[USER] atomic fact for USER.md (not already there)\n[SKIP] the weather\n[FILE-REMOVE] USER.md > Home: \"Lives in Tokyo\" — moved\n"
     )
     findings, valid = parse_findings(text)
     assert valid

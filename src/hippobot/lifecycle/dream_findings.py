@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from hippobot.factmatch import same_line
 from hippobot.memory.facts import replaces_ref, split_correction
 
 __all__ = ["Finding", "parse_finding", "parse_findings", "parse_rejections"]
@@ -41,6 +42,13 @@ _REJECT_QUOTED = re.compile(r'^\s*[-*]?\s*\[SKIP\]\s*["“](.+?)["”]\s*(?:—|
 
 # What a model writes when it has nothing to say, in a finding's place.
 _NOTHING = re.compile(r"^(?:none|nothing(?: new)?(?: to (?:add|change|update))?|n/?a|no (?:new )?(?:facts?|findings?|changes?|updates?)\b.*)\W*$", re.I)
+# The prompts' own placeholder lines, which small models copy back as findings.
+_PLACEHOLDERS = (
+    "atomic fact for USER.md (not already there)", "behaviour rule for SOUL.md",
+    "atomic fact for memory/MEMORY.md", "the same, under that heading of the file (it is created if missing)",
+    "the fact, for USER.md", "the fact, for memory/MEMORY.md", "a behaviour rule, for SOUL.md",
+    "<text to remove>", "<exact text to remove>",
+)
 _FILE_WORDS = (("SOUL", "SOUL.md"), ("USER", "USER.md"), ("MEMORY", "memory/MEMORY.md"))
 _HISTORY_TAGS = ("PERMANENT", "DURABLE", "CORRECTION", "FACT")
 
@@ -112,7 +120,7 @@ def parse_finding(line: str) -> Finding | None:
     claim, old = split_correction(body, strict=True)
     _, ref = replaces_ref(body)
     text = _clean(claim)
-    if not text or _NOTHING.match(text):
+    if not text or _NOTHING.match(text) or _placeholder(body):
         return None
     label = {"USER.md": "USER", "SOUL.md": "SOUL", "memory/MEMORY.md": "MEMORY"}[file]
     tag_text = f"{label}:{heading}" if heading else label
@@ -122,12 +130,17 @@ def parse_finding(line: str) -> Finding | None:
     )
 
 
+def _placeholder(text: str) -> bool:
+    """Whether ``text`` is a copy of the prompt's own example line, or an unfilled ``<...>``."""
+    return bool(re.fullmatch(r"\W*<[^<>]{1,40}>\W*", text)) or any(same_line(text, p) for p in _PLACEHOLDERS)
+
+
 def _removal(upper: str, body: str) -> Finding | None:
     m = _REMOVE_BODY.match(body)
     if m is None:
         return None
     text = _clean(m.group("text"))
-    if not text:
+    if not text or _placeholder(text):
         return None
     named = m.group("file")
     file = _tag_file(named.removesuffix(".md").split("/")[-1]) if named else None
