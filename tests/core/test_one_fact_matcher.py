@@ -72,6 +72,11 @@ def test_save_summary_records_which_fact_a_correction_replaces() -> None:
                             "- [durable] User plays chess")
     assert split_correction("User lives in Osaka (replaces: User lives in Tokyo)") == ("User lives in Osaka", "Tokyo")
     assert split_correction("User moved to Osaka, not Tokyo") == ("User moved to Osaka", "Tokyo")  # older entries
+    assert split_correction("Switched from PostgreSQL to SQLite") == ("Switched to SQLite", "PostgreSQL")
+    # Seen from Qwen2.5-Coder-1.5B's consolidation: corrections that replace nothing
+    assert split_correction('I mistakenly mentioned "basil" instead of "basil".')[1] is None
+    assert split_correction('Old text "I live in Tokyo now, not in Osaka now." was not found')[1] is None
+    assert split_correction("User does not eat meat", strict=True) == ("User does not eat meat", None)
 
 
 async def test_a_correction_archived_through_save_summary_replaces_the_old_fact(make_agent, scripted_model):

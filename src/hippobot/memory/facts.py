@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hippobot.factmatch import find_statement, keywords, mentions_old_value, states, words
+from hippobot.factmatch import content_words, find_statement, keywords, mentions_old_value, states, stem, words
 
 __all__ = [
     "DURABLE_KINDS",
@@ -112,16 +112,31 @@ def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | Non
     m = _NOT_TAIL.search(body)
     if m is not None and strict and not re.match(r"\s*[,;(—–-]", body[m.start() :]):
         m = None
+    if m is not None and _open_quote(body[: m.start()]):
+        m = None  # the "not" is inside a quotation: 'Old text "... not ..." was not found'
+
     if m is not None and m.start() > 0:
-        old = m.group(1).strip(" .,;)")
-        return body[: m.start()].strip(" ,;(—–-"), old or None
+        claim = body[: m.start()].strip(" ,;(—–-")
+        return claim, _replaces_something(claim, m.group(1).strip(" .,;)"))
     m = _FROM_TO.search(body) or _TO_FROM.search(body)
     if m is not None and m.group("old").strip():
-        claim = body[: m.start("cut")] + body[m.end("cut") :]
-        return claim.strip(" ,;"), m.group("old").strip(" .,;")
+        claim = (body[: m.start("cut")] + body[m.end("cut") :]).strip(" ,;")
+        return claim, _replaces_something(claim, m.group("old").strip(" .,;"))
     if ref is None or not ref.text:
         return body, None
     return body, replaced_value(ref.text, body)
+
+
+def _open_quote(text: str) -> bool:
+    return text.count('"') % 2 == 1 or text.count("“") > text.count("”")
+
+
+def _replaces_something(claim: str, old: str) -> str | None:
+    """``old``, unless the claim itself says all of it ('mentioned "basil" instead of
+    "basil"'): a line that replaces nothing must not make every line with that word stale."""
+    said = {stem(w) for w in content_words(claim)}
+    gone = {stem(w) for w in content_words(old)}
+    return None if not old or (gone and gone <= said) else old
 
 
 def replaced_value(old: str, new: str) -> str | None:
