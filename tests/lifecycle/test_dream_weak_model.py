@@ -138,3 +138,16 @@ async def test_findings_with_loose_tags_and_no_edit_phase_take_one_request(make_
     assert "- Has a cat named Luna" in read(agent)
     assert "### Projects and context\n- Project Apollo uses PostgreSQL 16\n" in read(agent, "memory/MEMORY.md")
     assert len(scripted_model.requests) == 1
+
+
+async def test_asked_again_a_model_that_echoes_the_prompt_removes_nothing(make_agent, scripted_model):
+    agent = make_agent(dream=DreamConfig(edit_phase=False))
+    soul = read(agent, "SOUL.md")
+    plant(agent, "- [permanent] I work at Initech as a nurse.")
+    scripted_model.reply("[SKIP] Luna is a cat named Luna, not Luna.")  # seen from Qwen2.5-Coder-1.5B
+    # ... and asked about the missing fact, it echoed the prompt and removed a line of SOUL.md
+    scripted_model.reply('[USER] the fact, for USER.md\n[FILE-REMOVE] SOUL.md: "I don\'t know" beats a confident guess. — reason')
+    result = await agent.dream.run()
+    assert read(agent, "SOUL.md") == soul
+    assert "- I work at Initech as a nurse\n" in read(agent) and "the fact, for USER.md" not in read(agent)
+    assert [o.status for o in result.outcomes] == ["written"] and not result.held

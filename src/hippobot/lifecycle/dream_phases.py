@@ -227,21 +227,37 @@ async def analyse(model: DreamModel, guide: str, batch: Batch) -> Batch:
 
 
 async def ask_missing(model: DreamModel, guide: str, batch: Batch, missing: Sequence[Outcome]) -> Batch:
-    """One more request for facts the files do not state yet: a finding or a declined fact
-    (``[SKIP] "<fact>" — reason``) for each."""
-    listed = "\n".join(
-        f"- {o.fact.text}" + (f" (still stated at {o.where})" if o.status == "stale" else "")
-        for o in missing
-    )
+    """One more request for facts the files do not state yet, each shown as the finding
+    line that would keep it: the model keeps the line, moves it to another file, or
+    declines the fact (``[SKIP] "<fact>" — reason``). Removals it adds are applied only to
+    lines that still state a value one of these corrections replaces."""
+    listed = "\n".join(_missing_line(o, batch.facts) for o in missing)
     prompt = render(
         "dream_missing.md", guide=guide, facts=listed, soul=show_file(batch.files["SOUL.md"]),
         user=show_file(batch.files["USER.md"]), memory=show_file(batch.files["memory/MEMORY.md"]),
     )
     text = await model.ask(prompt)
     findings, _ = parse_findings(text)
+    stale = [old for o in missing if o.status == "stale" and (old := old_value(o.fact, batch.facts))]
+    findings = [f for f in findings if "-REMOVE]" not in f or any(_says(f, old) for old in stale)]
     batch.findings += [f for f in findings if f not in batch.findings]
     batch.rejections += parse_rejections(text)
     return apply(batch, findings)
+
+
+def _missing_line(outcome: Outcome, facts: Sequence[Fact]) -> str:
+    fact = outcome.fact
+    tag = "USER" if fact.kind == "permanent" else "MEMORY"
+    line = f"[{tag}] {as_memory_line(fact.claim)}"
+    old = old_value(fact, facts)
+    return f"{line}, not {old}" if outcome.status == "stale" and old else line
+
+
+def _says(finding: str, old: str) -> bool:
+    from hippobot.factmatch import states
+
+    parsed = parse_finding(finding)
+    return parsed is not None and states(parsed.text, old, loose=True)
 
 
 # --- applying and accounting ----------------------------------------------------------------

@@ -23,7 +23,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hippobot.factmatch import content_words, find_statement, keywords, mentions_old_value, states, stem, words
+from hippobot.factmatch import (
+    content_words,
+    find_statement,
+    keywords,
+    mentions_old_value,
+    states,
+    stem,
+    words,
+)
 
 __all__ = [
     "DURABLE_KINDS",

@@ -123,10 +123,11 @@ def dream_edits(prompt: str, *, sloppy: bool = False) -> FallbackReply:
 
 
 def dream_missing(prompt: str) -> str:
-    """The retry for facts still missing: a ``[USER]`` finding for each one listed."""
-    listed = _section(prompt, MISSING_MARK, "For each fact")
-    facts = [line[2:].split(" (still stated at", 1)[0] for line in listed.splitlines() if line.startswith("- ")]
-    return "\n".join(f"[USER] {fact}" for fact in facts) or "[SKIP] nothing new"
+    """The retry for facts still missing: the finding line shown for each one, in USER.md."""
+    listed = _section(prompt, MISSING_MARK, "## Current memory files")
+    lines = [re.sub(r"^\[(?:MEMORY|SOUL)\]", "[USER]", line) for line in listed.splitlines()
+             if line.startswith(("[USER] ", "[MEMORY] ", "[SOUL] "))]
+    return "\n".join(lines) or "[SKIP] nothing new"
 
 
 def dreamer(request: RecordedRequest, *, sloppy: bool = False) -> str | FallbackReply:
