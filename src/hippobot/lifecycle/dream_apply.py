@@ -84,16 +84,14 @@ def _level(line: str) -> int:
 
 
 def _section_end(lines: Sequence[str], heading_at: int) -> int:
-    """Index after the last non-blank line of the section that starts at ``heading_at``."""
-    level = _level(lines[heading_at])
-    end = heading_at + 1
+    """Index after the last non-blank line of the section that starts at ``heading_at``
+    (its own lines: a sub-heading ends them too)."""
     last = heading_at
-    while end < len(lines) and not (0 < _level(lines[end]) <= level):
-        if _level(lines[end]) == 0 and lines[end].strip():
-            last = end
-        elif _level(lines[end]):
-            break  # a sub-heading: the section's own lines end here
-        end += 1
+    for i in range(heading_at + 1, len(lines)):
+        if _level(lines[i]):
+            break
+        if lines[i].strip():
+            last = i
     return last + 1
 
 
