@@ -157,7 +157,7 @@ class Agent:
             provider=provider,
             text_tool_calls=defaults.text_tool_calls,
             usage=UsageLedger.for_workspace(self.workspace),
-            estimate=lambda r: tokens.count_messages(r.messages) + tokens.count_tools(r.tools),
+            estimate=lambda r: tokens.prompt_size(messages=r.messages, tools=r.tools).total,
             home=settings.home,
             serial_requests=defaults.serial_requests,
         )

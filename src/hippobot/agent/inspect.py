@@ -138,10 +138,10 @@ class _Measured:
 def _measure(agent: Agent, key: str) -> _Measured:
     """The next request on ``key``, counted: the one estimate both views report."""
     request = agent.prompts.prepare(agent.sessions.get(key))  # exactly what a turn would send now
-    system, schemas, history = request.system, request.schemas, request.history
+    size = request.parts()
     return _Measured(
-        system, list(request.tools.names()), history, list(request.messages),
-        tokens.count_text(system.text), tokens.count_tools(schemas), tokens.count_messages(history),
+        request.system, list(request.tools.names()), request.history, list(request.messages),
+        size.system, size.tools, size.messages,
     )
 
 

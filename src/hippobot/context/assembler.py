@@ -60,11 +60,11 @@ class PreparedRequest:
 
     def size(self) -> int:
         """Tokens this request carries, counted (system prompt, tools, replayed messages)."""
-        return (
-            tokens.count_text(self.system.text)
-            + tokens.count_tools(self.schemas)
-            + tokens.count_messages(self.history)
-        )
+        return self.parts().total
+
+    def parts(self) -> tokens.PromptSize:
+        """:meth:`size` by part."""
+        return tokens.prompt_size(system=self.system.text, tools=self.schemas, messages=self.history)
 
 
 def memory_anchor(session: Session, recent: Sequence[Any]) -> str:
@@ -147,7 +147,7 @@ class PromptAssembler:
         """The stored messages replayed this turn, capped to what fits the input budget."""
         max_tokens = 0
         if self.budget.enabled and not self.clearly_fits(session):
-            fixed = tokens.count_text(system.text) + tokens.count_tools(schemas)
+            fixed = tokens.prompt_size(system=system.text, tools=schemas).fixed
             max_tokens = max(256, self.budget.input - fixed)
         return session.get_history(
             max_messages=self.max_history_messages,
@@ -190,10 +190,15 @@ class PromptAssembler:
         reported = usage_estimate(session)
         if reported is not None:
             return reported
+        return self.size_of(session, session.messages[session.replay_start :]).total
+
+    def overhead(self, session: Session) -> int:
+        """Tokens of the next request that are not conversation: system prompt + tool schemas."""
+        return self.size_of(session).fixed
+
+    def size_of(self, session: Session, messages: Sequence[Message] = ()) -> tokens.PromptSize:
+        """The next request's system prompt and tool schemas, with ``messages`` as its
+        conversation, counted by the one size function."""
         registry = self.tools_for(session.key)
         system = self.system_prompt(session, registry.names())
-        return (
-            tokens.count_text(system.text)
-            + tokens.count_tools(registry.schemas())
-            + tokens.count_messages(session.messages[session.replay_start :])
-        )
+        return tokens.prompt_size(system=system.text, tools=registry.schemas(), messages=messages)

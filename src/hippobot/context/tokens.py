@@ -36,6 +36,7 @@ __all__ = [
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "PromptEstimate",
+    "PromptSize",
     "count_message",
     "count_messages",
     "count_text",
@@ -46,6 +47,7 @@ __all__ = [
     "estimate_text",
     "estimate_tools",
     "exact_loaded",
+    "prompt_size",
     "set_mode",
 ]
 
@@ -310,6 +312,42 @@ def count_tools(schemas: Sequence[Mapping[str, Any]]) -> int:
     if not schemas:
         return 0
     return count_text(_json(list(schemas)))
+
+
+# --- whole-prompt size ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSize:
+    """What a request costs, by part: the system prompt's text, the tool schemas, and the
+    chat messages (a wire list that starts with the system message counts it there)."""
+
+    system: int
+    tools: int
+    messages: int
+
+    @property
+    def fixed(self) -> int:
+        """The part that is not conversation: system prompt + tool schemas."""
+        return self.system + self.tools
+
+    @property
+    def total(self) -> int:
+        return self.system + self.tools + self.messages
+
+
+def prompt_size(
+    *,
+    system: str = "",
+    tools: Sequence[Mapping[str, Any]] = (),
+    messages: Iterable[Mapping[str, Any]] = (),
+    estimate: bool = False,
+) -> PromptSize:
+    """The one prompt-size formula: every budget check, report and usage estimate counts a
+    request with it. ``estimate``: the offline estimator only (no tokenizer tables loaded)."""
+    if estimate:
+        return PromptSize(estimate_text(system), estimate_tools(tools), estimate_messages(messages))
+    return PromptSize(count_text(system), count_tools(tools), count_messages(messages))
 
 
 # --- whole-prompt estimate ---------------------------------------------------------
