@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from hippobot.agent.api import Api
 from hippobot.context import tokens
+from hippobot.lifecycle.archive_retry import RETRY_AFTER_S
 from hippobot.lifecycle.summaries import parse_summary, raw_entry
 from hippobot.memory.history import HistorySource
 from hippobot.testing.archivist import archivist, is_archive_request
@@ -176,7 +178,7 @@ def test_raw_entries_are_bounded_and_say_where_the_messages_are():
     assert "cli:direct #3-3" in text
 
 
-async def test_a_summary_call_that_errors_out_becomes_a_raw_entry(make_agent, scripted_model):
+async def test_a_summary_call_that_errors_out_leaves_the_slice_pending_until_a_retry(make_agent, scripted_model):
     agent = make_agent()  # retries without waiting (see conftest)
     scripted_model.reply("noted")
     await agent.turn("cli:direct", "FACT: User's locker code is 4711")
@@ -184,11 +186,38 @@ async def test_a_summary_call_that_errors_out_becomes_a_raw_entry(make_agent, sc
     for _ in range(4):
         scripted_model.fail(503)  # every attempt of the summary call fails
     outcome = await agent.consolidator.archive_until(session, len(session.messages))
-    assert outcome is not None and outcome.raw
+    assert outcome is not None and outcome.failed and not outcome.raw
+    assert history_lines(agent) == [] and session.last_consolidated == 0
+    wait = session.archive_wait()
+    assert wait is not None and (wait.start, wait.end) == (0, 2) and "503" in wait.reason
+    # A retry right away is not sent; one after the pause is, and archives the slice.
+    assert await agent.consolidator.archive_until(session, 2) is None
+    scripted_model.fallback = archivist
+    later = agent.consolidator.now() + timedelta(seconds=RETRY_AFTER_S + 1)
+    agent.consolidator.now = lambda: later
+    outcome = await agent.consolidator.archive_until(session, 2)
+    assert outcome is not None and outcome.entry is not None
+    (entry,) = history_lines(agent)
+    assert "locker code is 4711" in entry["content"] and not entry["content"].startswith("[RAW]")
+    assert session.last_consolidated == 2 and session.archive_wait() is None
+    assert session.archive_failure is None
+
+
+async def test_a_slice_that_keeps_failing_ends_as_a_bounded_raw_entry_with_the_stated_facts(
+        make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "Remember that my locker code is 4711. The weather is grey.")
+    session = agent.sessions.get("cli:direct")
+    start = agent.consolidator.now()
+    for hours in (0, 1, 2):  # three failed attempts, the first two hours before the last
+        scripted_model.reply("I am sorry, I cannot summarise this.")
+        agent.consolidator.now = lambda h=hours: start + timedelta(hours=h)
+        await agent.consolidator.archive_until(session, len(session.messages))
     (entry,) = history_lines(agent)
     assert entry["content"].startswith("[RAW] 2 messages (summary failed:")
-    assert "locker code is 4711" in entry["content"]
-    assert session.last_consolidated == 2
+    assert "- [permanent] User's locker code is 4711" in entry["content"].splitlines()
+    assert session.last_consolidated == 2 and session.archive_wait() is None
 
 
 async def test_a_save_summary_tool_call_is_accepted(make_agent, scripted_model):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
+from datetime import timedelta
 from pathlib import Path
 
 from hippobot.agent.agent import Agent
@@ -106,10 +107,14 @@ async def test_no_key_is_stored_or_logged_anywhere(tmp_path, scripted_server, sc
         await agent.turn(KEY, "one more question")
     except ProviderError as exc:
         logging.getLogger("test").error("shown to the user: %s", exc)
-    # 5. A summary that fails falls back to a raw dump of the messages and its reason.
-    scripted_model.fail(400, body={"error": {"message": f"bad key {CONFIGURED} {PATTERNS[0]}"}})
+    # 5. A summary that fails keeps its reason in the session (retried); one that keeps
+    #    failing for hours falls back to a raw dump of the messages and that reason.
     session = agent.sessions.get(KEY)
-    await agent.consolidator.archive_until(session, len(session.messages))
+    start = agent.consolidator.now()
+    for hours in (0, 1, 2):
+        scripted_model.fail(400, body={"error": {"message": f"bad key {CONFIGURED} {PATTERNS[0]}"}})
+        agent.consolidator.now = lambda h=hours: start + timedelta(hours=h)
+        await agent.consolidator.archive_until(session, len(session.messages))
     await agent.jobs.drain()
 
     assert agent.memory.read_history(), "nothing was archived: the test did not test"

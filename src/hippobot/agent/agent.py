@@ -238,6 +238,7 @@ class Agent:
             workspace=self.paths,
             idle_minutes=self.limits.idle_compact_after_minutes,
             redact=self.redact,
+            now=self._now,
         )
 
     @cached_property
@@ -464,10 +465,23 @@ class Agent:
             session.summary = None
             await self.sessions.save_meta(session)
         if pending > 0 and self.llm.configured():
-            consolidator = self.consolidator
-            self.jobs.schedule(f"archive:{key}", lambda: consolidator.archive_until(session, end))
+            consolidator = self.consolidator  # the reply goes out first; the archive runs after
+            self.jobs.schedule(  # its own key: a retry of an older failure may be running
+                f"new:{key}", lambda: consolidator.archive_until(session, end, kind="new", force=True)
+            )
             return pending
         return 0
+
+    def resume_archives(self) -> None:
+        """Retry, in the background, what waits to be archived in any session (a ``/new``
+        whose archive a previous process did not finish, a consolidation that failed)."""
+        if not self.read_only and self.llm.configured() and not self.jobs.running("resume-archives"):
+            self.jobs.schedule("resume-archives", self.consolidator.resume_pending)
+
+    def archiving(self) -> bool:
+        """Whether an archive of this process is still running (a one-shot waits for it)."""
+        archives = ("new:", "archive:", "idle:", "consolidate:", "resume-archives")
+        return any(key.startswith(archives) for key in self.jobs.running_keys())
 
     @asynccontextmanager
     async def _turn_lock(self, key: str, on_event: EventSink | None) -> AsyncIterator[None]:
@@ -503,21 +517,20 @@ class Agent:
 
     async def _prepare(self, session: Session, on_event: EventSink | None) -> None:
         """Consolidate before the call only when the prompt would not fit at all."""
-        fresh = session.fresh_start
-        if session.last_consolidated < fresh:
-            # A /new whose archiving did not finish before its process exited.
-            key = f"archive:{session.key}"
-            if not self.jobs.running(key):
-                self.jobs.schedule(key, lambda: self.consolidator.archive_until(session, fresh))
+        from hippobot.lifecycle.slices import TurnGuard
+
+        consolidator = self.consolidator
+        consolidator.resume(session)  # a /new or a failed archive still waiting: retried aside
         if not self.budget.enabled:
             return
         self.check_window(session)
-        if self.consolidator.idle_due(session):
-            await self.consolidator.compact_idle(session, turn_held=True)
-        if self.consolidator.estimate(session) >= self.budget.input:
+        if consolidator.idle_due(session):
+            await consolidator.compact_idle(session, guard=TurnGuard.HELD)
+        if consolidator.estimate(session) >= self.budget.input:
             if on_event:
                 on_event(Notice("archiving older messages to make room…"))
-            await self.consolidator.consolidate(session, turn_held=True)
+            # The older messages would leave the prompt: archived raw if the summary fails.
+            await consolidator.consolidate(session, guard=TurnGuard.HELD, last_resort=True)
 
     def _memory_snapshot(self) -> dict[str, bytes]:
         """The versioned files (memory and prompt files) as they are before a turn's tools

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from hippobot.providers.base import Provider
     from hippobot.recall.index import RecallIndex, SyncStats
     from hippobot.recall.query import Hit
-    from hippobot.session.model import Session
+    from hippobot.session.model import ArchiveWait, Session
     from hippobot.session.store import SessionInfo
     from hippobot.usage_ledger import UsageRow
 
@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 #: Sessions nanobot writes for itself (one per Dream run): not conversations a person had.
 INTERNAL_PREFIXES = ("dream:",)
 _SEARCH_FILL = 64  # documents a search may embed first (about a second with the local model)
+FINISH_TIMEOUT_S = 600.0
+"""How long a CLI chat waits at its end for archiving (a slow local model takes minutes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class HistoryView:
     entries: list[HistoryEntry]
     dream_cursor: int
     held: list[HeldBatch]
+    archives: list[ArchiveWait] = field(default_factory=list)  # messages not archived yet
 
     def pending(self, entry: HistoryEntry) -> bool:
         return entry.cursor > self.dream_cursor
@@ -255,7 +258,8 @@ class Api:
             entries = older + entries
         if limit:
             entries = entries[-limit:]
-        return HistoryView(entries, dream_cursor, read_pending_reasons(self.workspace))
+        archives = [w for w in self.archives_waiting() if session is None or w.session == session]
+        return HistoryView(entries, dream_cursor, read_pending_reasons(self.workspace), archives)
 
     def prompt_files(self) -> dict[str, str]:
         """The other versioned files that shape the prompt (AGENTS.md, skills/, prompts/)."""
@@ -353,7 +357,16 @@ class Api:
             return restore_data(agent.git, sha, after_cursor=agent.memory.last_cursor())
 
     async def dream(self, *, dry_run: bool = False) -> DreamResult:
-        return await self.agent.dream.run(dry_run=dry_run)
+        """Finish what waits to be archived first (at once, whatever failed before), so its
+        facts are in the history Dream reads; then Dream."""
+        agent = self.agent
+        if not dry_run and agent.llm.configured():
+            await agent.consolidator.resume_pending(force=True, wait=True)
+        return await agent.dream.run(dry_run=dry_run)
+
+    def archives_waiting(self) -> list[ArchiveWait]:
+        """Messages of any session that still have to reach the archive, and why."""
+        return [i.archive_wait for i in self._read().sessions.list() if i.archive_wait is not None]
 
     def usage(self, days: int | None = None) -> tuple[list[UsageRow], Path]:
         """Requests and tokens per day and job, and the ledger they come from."""
@@ -406,12 +419,21 @@ class Api:
         if self._agent is not None:
             await self._agent.aclose(timeout)
 
-    async def finish(self) -> None:
-        """The end of a CLI chat: background archiving finishes (bounded; what does not
-        resumes next start), then, if pending facts are about to outgrow Recent History,
-        Dream starts detached, so a one-shot run never waits for it."""
+    async def finish(self, notice: Callable[[str], None] | None = None) -> None:
+        """The end of a CLI chat, after its last reply was shown: what waits to be archived
+        in any session is retried, and background archiving finishes (``notice`` says so when
+        it takes more than a second; bounded by :data:`FINISH_TIMEOUT_S`; what does not finish,
+        a kill or Ctrl-C included, stays pending and resumes next start); then, if pending
+        facts are about to outgrow Recent History, Dream starts detached, so a one-shot run
+        never waits for it."""
         with contextlib.suppress(Exception):
-            await self.aclose(timeout=60.0)
+            agent = self._agent
+            if agent is not None:
+                agent.resume_archives()
+                await agent.jobs.drain(1.0)
+                if notice is not None and agent.archiving():
+                    notice("archiving the conversation to memory… (Ctrl-C leaves it for the next run)")
+            await self.aclose(timeout=FINISH_TIMEOUT_S)
         with contextlib.suppress(Exception):
             self._dream_if_due()
 
@@ -447,7 +469,9 @@ class Api:
         return context_report(agent, key).to_text(full=full)
 
     async def chat_dream(self, *, dry_run: bool) -> str:
-        return (await self.dream(dry_run=dry_run)).describe()
+        text = (await self.dream(dry_run=dry_run)).describe()
+        waiting = await asyncio.to_thread(self.archives_waiting)
+        return "\n".join([text, *(w.describe() for w in waiting)])
 
     async def chat_log(self, sha: str | None) -> str:
         from hippobot.lifecycle.versions import describe_log

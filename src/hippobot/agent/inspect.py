@@ -261,6 +261,8 @@ class StatusReport:
     dream_cursor: int
     last_cursor: int
     versioning: str
+    archive_waiting: int = 0  # messages that must reach the archive and have not yet
+    archive_problem: str | None = None  # why (a failed consolidation, an unfinished /new)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, indent=2)
@@ -283,6 +285,9 @@ class StatusReport:
                 f"Last call:  {prompt} prompt tokens ({cached} cached), "
                 f"{usage.get('completion_tokens', 0)} completion"
             )
+        if self.archive_waiting:
+            lines.append(f"Archive:    {self.archive_waiting} messages waiting to be archived: "
+                         f"{self.archive_problem}")
         lines.append(
             f"Memory:     {self.history_entries_pending} history entries waiting for Dream "
             f"(cursor {self.dream_cursor}/{self.last_cursor})"
@@ -298,14 +303,15 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         model, provider = target.model, target.provider
     except Exception:
         model, provider = agent.llm.fallback_name, ""
-    start = session.replay_start
+    wait = session.archive_wait()
     return StatusReport(
         workspace=str(agent.workspace),
         model=model,
         provider=provider,
         session=key,
         messages=len(session.messages),
-        unconsolidated=max(0, len(session.messages) - start),
+        # not archived: the live conversation, and what waits from before a /new
+        unconsolidated=max(0, len(session.messages) - session.last_consolidated),
         estimate_tokens=_measure(agent, key).total,  # the same count /context shows
         input_budget=agent.budget.input,
         context_window=agent.budget.context_window,
@@ -314,4 +320,6 @@ def status_report(agent: Agent, key: str) -> StatusReport:
         dream_cursor=agent.memory.dream_cursor(),
         last_cursor=agent.memory.last_cursor(),
         versioning=agent.versioning_state(),
+        archive_waiting=wait.count if wait else 0,
+        archive_problem=wait.reason if wait else None,
     )

@@ -45,6 +45,13 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
+def _dim_notice(text: str) -> None:
+    """A line on stderr while the chat finishes its housekeeping (on a terminal only)."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"{_DIM}  · {text}{_RESET}\n")
+        sys.stderr.flush()
+
+
 def _duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
@@ -307,7 +314,7 @@ async def one_shot(api: Api, key: str, message: str, media: Sequence[str], *, as
         if not shown:  # a slash command: answered without a model turn
             show(result.reply, result.command)
     finally:
-        await api.finish()
+        await api.finish(_dim_notice)
     return 0
 
 
@@ -333,7 +340,7 @@ async def piped(api: Api, key: str, lines: TextIO) -> int:
             sys.stdout.write(reply.rstrip("\n") + "\n")
             sys.stdout.flush()
     finally:
-        await api.finish()
+        await api.finish(_dim_notice)
     return status
 
 
@@ -394,5 +401,5 @@ async def interactive(api: Api, key: str) -> int:
     finally:
         for job in schedulers:
             job.cancel()
-        await api.finish()
+        await api.finish(_dim_notice)
     return 0

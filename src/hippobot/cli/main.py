@@ -207,10 +207,12 @@ def dream(
 ) -> None:
     """Distil pending history into the memory files now.
 
-    Edits SOUL.md, USER.md and memory/MEMORY.md, one commit per run. Prints what became of every durable fact: written (file:line), already known, or
+    Edits SOUL.md, USER.md and memory/MEMORY.md, one commit per run. Messages still waiting
+    to be archived (a /new or a consolidation that did not finish) are archived first.
+    Prints what became of every durable fact: written (file:line), already known, or
     rejected with a reason; entries left pending say why (see `memory history --pending`).
-    Exits 1 when the run failed or stopped (the entries stay pending) or another Dream is
-    running, with the reason on stderr.
+    Exits 1 when the run failed or stopped (the entries stay pending), another Dream is
+    running, or messages could still not be archived, with the reason on stderr.
     """
     from hippobot.agent.api import SHELL_HINTS
 
@@ -223,6 +225,9 @@ def dream(
             await bot.aclose(timeout=5.0)
 
     result = asyncio.run(run())
+    waiting = [] if dry_run else bot.archives_waiting()
+    for wait in waiting:
+        sys.stderr.write(f"error: {wait.describe()}\n")
     if background:
         from datetime import datetime
 
@@ -235,6 +240,8 @@ def dream(
     if not result.ok:
         if not background:
             sys.stderr.write(f"error: {result.describe(SHELL_HINTS).splitlines()[0]}\n")  # one line
+        raise typer.Exit(1)
+    if waiting:
         raise typer.Exit(1)
 
 

@@ -35,15 +35,18 @@ def history(
 ) -> None:
     """The archive of summarised conversation.
 
-    memory/history.jsonl and the entries Dream processed, in memory/history.archive.jsonl.
-    With --pending: what waits for Dream, and why."""
+    memory/history.jsonl and the entries Dream processed, in memory/history.archive.jsonl,
+    then the messages of any session still waiting to be archived, and why. With --pending:
+    what waits for Dream, and why."""
     view = _api(_settings(workspace)).history(pending=pending, session=session, limit=limit)
     entries, waiting = view.entries, view.waiting
     if json_out:
         _print_json([{**e.to_dict(), "pending": view.pending(e), "waiting": waiting(e.cursor)} for e in entries])
         return
+    archives = [w.describe() for w in view.archives]  # messages not archived yet, and why
     if not entries:
         sys.stdout.write("No history entries" + (" pending." if pending else " yet.") + "\n")
+        sys.stdout.write("".join(f"{line}\n" for line in archives))
         return
     for e in entries:
         mark = "*" if view.pending(e) else " "
@@ -59,6 +62,7 @@ def history(
         if pending and why:
             sys.stdout.write(f"    (waiting: {why})\n")
     sys.stdout.write("(* = waiting for Dream)\n")
+    sys.stdout.write("".join(f"{line}\n" for line in archives))
 
 
 @memory_app.command("search")

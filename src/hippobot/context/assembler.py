@@ -183,6 +183,13 @@ class PromptAssembler:
             self._wire_cache.popitem(last=False)
         return PreparedRequest(system, history, wire, registry, schemas)
 
+    def left_out(self, session: Session) -> int:
+        """How many of the oldest messages not yet archived the next request no longer
+        replays (the window cut them): they must reach the archive now."""
+        replayed = {id(m) for m in self.prepare(session).history}
+        window = [m for m in session.messages[session.replay_start :] if not m.get("_command")]
+        return next((i for i, m in enumerate(window) if id(m) in replayed), len(window))
+
     def estimate(self, session: Session) -> int:
         """Prompt tokens the next request on ``session`` would use: the provider's report on
         the last one plus what came since, or else a count of the whole prompt (the

@@ -28,6 +28,10 @@ class BackgroundJobs:
         task = self._tasks.get(key)
         return task is not None and not task.done()
 
+    def running_keys(self) -> list[str]:
+        """The keys of the jobs still running."""
+        return [key for key, task in self._tasks.items() if not task.done()]
+
     def schedule(self, key: str, job: Callable[[], Awaitable[object]]) -> asyncio.Task[object]:
         """Start ``job`` unless a job with this key is already running (then return that one)."""
         existing = self._tasks.get(key)

@@ -4,7 +4,8 @@
   nothing is pending, and never overlaps another (Dream's own cross-process lock).
 - Dream as soon as pending facts would outgrow Recent History's share (``dream.auto``).
 - Idle compaction: sessions silent for ``idleCompactAfterMinutes`` are archived.
-- ``/new`` archives that a previous process did not finish are resumed at start.
+- What waits to be archived (a ``/new`` a previous process did not finish, a consolidation
+  that failed) is retried at start and every :data:`ARCHIVE_RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = ["Schedules", "next_dream_delay", "start_schedulers"]
 log = logging.getLogger(__name__)
 
 IDLE_SCAN_SECONDS = 60.0
+ARCHIVE_RETRY_SECONDS = 300.0
 
 
 def next_dream_delay(interval_h: float, cron: str | None, now: datetime) -> float:
@@ -96,10 +98,12 @@ async def _idle_loop(s: Schedules) -> None:
 async def _resume(s: Schedules) -> None:
     with contextlib.suppress(Exception):  # a Dream run killed after its commit point
         await asyncio.to_thread(s.dream.recover)
-    try:
-        await s.consolidator.resume_pending()
-    except Exception:
-        log.exception("could not resume unfinished /new archives; the next turn retries")
+    while True:
+        try:
+            await s.consolidator.resume_pending()
+        except Exception:
+            log.exception("could not retry the archives waiting; the next turn retries")
+        await asyncio.sleep(ARCHIVE_RETRY_SECONDS)
 
 
 def start_schedulers(s: Schedules) -> list[asyncio.Task[None]]:

@@ -175,14 +175,24 @@ def format_transcript(messages: Sequence[Message], *, max_chars: int | None = No
 
 def raw_entry(
     messages: Sequence[Message], *, session_key: str, start: int, end: int, reason: str,
-    max_chars: int = RAW_MAX_CHARS,
+    max_chars: int = RAW_MAX_CHARS, facts: Sequence[str] = (),
 ) -> str:
-    """The bounded ``[RAW]`` fallback; it says where the full messages still are."""
-    body = format_transcript(messages)
+    """The bounded ``[RAW]`` fallback; it says where the full messages still are.
+
+    ``facts`` (``- [kind] text`` lines: what the user stated) come first, so Dream and
+    Recent History still find them as fact lines in a dump no model summarised."""
     header = f"[RAW] {end - start} messages (summary failed: {reason})"
-    if len(body) > max_chars:
-        body = body[:max_chars] + (
+    kept: list[str] = []
+    for line in facts:  # whole lines, within a quarter of the bound
+        if sum(len(k) + 1 for k in kept) + len(line) > max_chars // 4:
+            break
+        kept.append(line)
+    stated = "\n".join(kept)
+    room = max_chars - len(stated)
+    body = format_transcript(messages)
+    if len(body) > room:
+        body = body[:room] + (
             f"\n... (truncated; the full messages remain in session {session_key} "
             f"#{start}-{end - 1})"
         )
-    return f"{header}\n{body}"
+    return "\n".join(part for part in (header, stated, body) if part)

@@ -8,18 +8,19 @@ leading messages are archived in ``memory/history.jsonl``".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hippobot.messages import Message, wire_message
+from hippobot.messages import Message
 
 __all__ = [
     "MESSAGE_ROLES",
     "SYNTHETIC_TOOL_RESULT",
     "SYNTHETIC_TURN_START",
+    "ArchiveFailure",
+    "ArchiveWait",
     "ArchivedSummary",
     "Session",
     "SessionUsage",
@@ -144,13 +145,74 @@ class SessionUsage:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ArchiveFailure:
+    """A consolidation of messages ``[last_consolidated, end)`` that failed and is retried.
+
+    Kept in the session's meta record (``metadata["archive_failed"]``), so every process and
+    every report reads the same state; cleared when the pointer passes ``end``. ``kind`` is
+    what asked for the archive (``new``, ``pressure``, ``idle``); times are ISO strings.
+    """
+
+    end: int
+    reason: str
+    attempts: int = 1
+    first_failed: str = ""
+    last_failed: str = ""
+    kind: str = "pressure"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"end": self.end, "reason": self.reason, "attempts": self.attempts,
+                "first_failed": self.first_failed, "last_failed": self.last_failed,
+                "kind": self.kind}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ArchiveFailure | None:
+        """The record a meta line holds; ``None`` when it is missing or not usable."""
+        if not isinstance(data, dict) or _count(data.get("end")) is None:
+            return None
+        text: dict[str, str] = {}
+        for name in ("reason", "first_failed", "last_failed", "kind"):
+            value = data.get(name)
+            text[name] = value if isinstance(value, str) else ""
+        return cls(
+            end=data["end"], reason=text["reason"] or "the archive request failed",
+            attempts=max(1, _count(data.get("attempts")) or 1),
+            first_failed=text["first_failed"], last_failed=text["last_failed"],
+            kind=text["kind"] or "pressure",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveWait:
+    """Messages ``[start, end)`` of a session that must reach the archive and have not yet:
+    the part before a ``/new`` whose archive did not finish, or a consolidation that failed."""
+
+    session: str
+    start: int
+    end: int
+    reason: str
+    attempts: int = 0  # failed attempts so far (0: interrupted or not tried yet)
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+    def describe(self) -> str:
+        return f"{self.count} messages of session {self.session} waiting to be archived: {self.reason}"
+
+
+ARCHIVE_FAILED = "archive_failed"  # the metadata key of :class:`ArchiveFailure`
+
+
 @dataclass(eq=False)
 class Session:
     """One conversation. Identity semantics: one object per key while it is in use.
 
     ``usage`` is the provider-reported usage of the last request (:class:`SessionUsage`).
-    ``metadata`` is free-form and persisted as is; hippobot's own key in it is
-    ``fresh_start`` (read and written through :attr:`fresh_start`).
+    ``metadata`` is free-form and persisted as is; hippobot's own keys in it are
+    ``fresh_start`` and ``archive_failed`` (read and written through :attr:`fresh_start` and
+    :attr:`archive_failure`).
     """
 
     key: str
@@ -190,6 +252,39 @@ class Session:
         self.metadata["fresh_start"] = index
 
     @property
+    def archive_failure(self) -> ArchiveFailure | None:
+        """The consolidation that failed and waits for a retry, if any."""
+        return ArchiveFailure.from_dict(self.metadata.get(ARCHIVE_FAILED))
+
+    @archive_failure.setter
+    def archive_failure(self, failure: ArchiveFailure | None) -> None:
+        if failure is None:
+            self.metadata.pop(ARCHIVE_FAILED, None)
+        else:
+            self.metadata[ARCHIVE_FAILED] = failure.to_dict()
+
+    def archive_wait(self) -> ArchiveWait | None:
+        """What must still be archived (``None``: nothing waits). The one answer ``status``,
+        ``memory history --pending``, ``sessions list`` and the retries all read."""
+        total = len(self.messages)
+        start = self.last_consolidated
+        failure = self.archive_failure
+        end = min(self.fresh_start, total)
+        if failure is not None:
+            end = max(end, min(failure.end, total))
+        if end <= start:
+            return None
+        if failure is not None and failure.end > start:
+            when = failure.last_failed[:16].replace("T", " ")
+            tries = f"{failure.attempts} failed attempt{'s' if failure.attempts != 1 else ''}"
+            return ArchiveWait(self.key, start, end,
+                               f"{failure.reason} ({tries}, last {when}; `hippobot dream` retries now)",
+                               failure.attempts)
+        return ArchiveWait(self.key, start, end,
+                           "the archive after /new has not finished (interrupted, or still "
+                           "running); the next run retries it")
+
+    @property
     def replay_start(self) -> int:
         """First message that may be replayed: past the archived prefix and past ``/new``."""
         return min(max(self.last_consolidated, self.fresh_start), len(self.messages))
@@ -208,7 +303,8 @@ class Session:
         """The messages to replay to the model, legal for every provider.
 
         Steps: messages after ``last_consolidated`` without ``_command`` echoes; the newest
-        ``max_messages`` if > 0; the newest that fit ``max_tokens`` if > 0 (if that leaves no
+        ``max_messages`` if > 0; the newest that fit ``max_tokens`` if > 0, counted by
+        ``count_tokens`` (default: :func:`hippobot.context.tokens.count_message`; if that leaves no
         user message but the window had one, it extends back to the latest user message,
         because a reply without its question misleads the model); then it starts at the
         first user message, if there is one.
@@ -226,7 +322,7 @@ class Session:
         if max_messages > 0:
             window = window[-max_messages:]
         if max_tokens > 0:
-            window = _fit_tokens(window, max_tokens, count_tokens or _rough_tokens)
+            window = _fit_tokens(window, max_tokens, count_tokens or _count_message)
         for index, message in enumerate(window):
             if message.get("role") == "user":
                 window = window[index:]
@@ -237,9 +333,11 @@ class Session:
         return legal
 
 
-def _rough_tokens(message: Message) -> int:
-    """Offline fallback estimate (about four characters per token)."""
-    return max(1, len(json.dumps(wire_message(message), ensure_ascii=False)) // 4)
+def _count_message(message: Message) -> int:
+    """The one token count (:mod:`hippobot.context.tokens`; offline when its tables are)."""
+    from hippobot.context.tokens import count_message
+
+    return count_message(message)
 
 
 def _fit_tokens(

@@ -36,7 +36,7 @@ from hippobot.messages import Message
 from hippobot.safeio import open_fd, open_regular, read_regular
 from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
-from hippobot.session.model import Session, normalise_offset, now_iso
+from hippobot.session.model import ArchiveWait, Session, normalise_offset, now_iso
 from hippobot.session.records import (
     DEFAULT_META,
     FORMAT_VERSION,
@@ -74,9 +74,10 @@ class SessionInfo:
     path: Path | None
     created_at: str
     updated_at: str
-    message_count: int
+    message_count: int  # since the last /new
     preview: str
     size_bytes: int
+    archive_wait: ArchiveWait | None = None  # messages that still have to reach the archive
 
 
 class SessionStore(Protocol):
@@ -498,8 +499,8 @@ class JsonlSessionStore:
                 logger.warning("%s: not listed: %s", path, exc.strerror or exc)
             return None  # removed while listing, or a link out of the workspace
         # After /new the listing describes the fresh conversation, as the user sees it.
-        fresh = session.metadata.get("fresh_start", 0)
-        current = session.messages[fresh:] if isinstance(fresh, int) and fresh > 0 else session.messages
+        fresh = min(session.fresh_start, len(session.messages))
+        current = session.messages[fresh:]
         return SessionInfo(
             key=key,
             path=path,
@@ -508,6 +509,7 @@ class JsonlSessionStore:
             message_count=len(current),
             preview=preview(current),
             size_bytes=stat.st_size,
+            archive_wait=session.archive_wait(),
         )
 
     def list(self) -> builtins.list[SessionInfo]:
