@@ -3,8 +3,9 @@
 A consolidation (from ``/new``, token pressure or idle compaction) whose request fails leaves
 its messages where they were, says so in ``status`` and ``memory history --pending``, and a
 later run archives them; a kill right after ``/new``'s reply gives the same. Also: a summary
-that leaves out what the user stated still gets it into history. Real HTTP to the scripted
-model; the CLI cases run ``hippobot`` processes.
+that leaves out what the user stated still gets it into history, and a message re-sent after
+a failed turn is stored once. Real HTTP to the scripted model; the CLI cases run ``hippobot``
+processes.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import sys
 import threading
 from datetime import datetime, timedelta
 
+import pytest
+
 from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
+from hippobot.errors import ProviderError
 from hippobot.lifecycle.archive_retry import RETRY_AFTER_S
 from hippobot.providers.retry import RetryPolicy
 from hippobot.testing.archivist import archivist, archivist_and_dreamer, is_archive_request
@@ -229,3 +233,26 @@ async def test_a_summary_that_omits_stated_facts_still_archives_them(make_agent,
     outcome = await agent.consolidator.archive_until(other, len(other.messages))
     assert outcome is not None and outcome.entry is not None
     assert outcome.entry.content == "- [correction] User moved to Osaka, not Tokyo"
+
+
+
+
+# --- a failed turn --------------------------------------------------------------------
+
+
+async def test_a_message_resent_after_a_failed_turn_is_stored_once(make_agent, scripted_model):
+    agent = make_agent()
+    for _ in range(4):
+        scripted_model.fail(503)  # every attempt of the turn fails
+    with pytest.raises(ProviderError):
+        await agent.turn("cli:direct", "What is the capital of Portugal?")
+    session = agent.sessions.get("cli:direct")
+    assert [m["role"] for m in session.messages] == ["user"]  # the message is kept
+    scripted_model.reply("Lisbon.")
+    assert (await agent.turn("cli:direct", "What is the capital of Portugal?")).reply == "Lisbon."
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+    sent = scripted_model.requests[-1].messages
+    assert sum("capital of Portugal" in json.dumps(m) for m in sent) == 1
+    scripted_model.reply("Still Lisbon.")
+    await agent.turn("cli:direct", "What is the capital of Portugal?")  # answered: a new turn
+    assert [m["role"] for m in session.messages] == ["user", "assistant", "user", "assistant"]

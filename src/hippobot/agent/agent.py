@@ -384,7 +384,10 @@ class Agent:
             await self._prepare(session, on_event)
             # Redacting and counting a long message take a while: not on the event loop.
             user = await asyncio.to_thread(self._counted_user_message, key, text, media)
-            await self.sessions.append(session, user)
+            # A message re-sent after a failed turn is answered from its stored copy: the
+            # model sees the question once (docs/sessions.md).
+            if session.unanswered(user) is None:
+                await self.sessions.append(session, user)
             request = self.prompts.prepare(session)
             runner = Runner(
                 provider=self.provider,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hippobot.messages import Message
+from hippobot.messages import Message, public_text
 
 __all__ = [
     "MESSAGE_ROLES",
@@ -283,6 +283,20 @@ class Session:
         return ArchiveWait(self.key, start, end,
                            "the archive after /new has not finished (interrupted, or still "
                            "running); the next run retries it")
+
+    def unanswered(self, candidate: Message) -> Message | None:
+        """The stored user message of a turn that ended without a reply (failed, cut off,
+        killed) when ``candidate`` repeats it (same text without the runtime context, same
+        images): a re-sent message is answered from that copy instead of being stored twice."""
+        for index in range(len(self.messages) - 1, self.replay_start - 1, -1):
+            message = self.messages[index]
+            role = message.get("role")
+            if role == "assistant" and not message.get("tool_calls"):
+                return None  # the last turn was answered
+            if role == "user" and not message.get("_command"):
+                same = public_text(message).strip() == public_text(candidate).strip()
+                return message if same and message.get("media") == candidate.get("media") else None
+        return None
 
     @property
     def replay_start(self) -> int:
