@@ -3,9 +3,9 @@
 A consolidation (from ``/new``, token pressure or idle compaction) whose request fails leaves
 its messages where they were, says so in ``status`` and ``memory history --pending``, and a
 later run archives them; a kill right after ``/new``'s reply gives the same. Also: a summary
-that leaves out what the user stated still gets it into history, and a message re-sent after
-a failed turn is stored once. Real HTTP to the scripted model; the CLI cases run ``hippobot``
-processes.
+that leaves out what the user stated still gets it into history, a message re-sent after a
+failed turn is stored once, and ``sessions list`` adds up to ``sessions show``. Real HTTP to
+the scripted model; the CLI cases run ``hippobot`` processes.
 """
 
 from __future__ import annotations
@@ -141,6 +141,18 @@ def test_new_replies_at_once_and_a_kill_after_the_reply_leaves_the_archive_to_th
     assert entry["source"] == {"session": "cli:direct", "from": 0, "to": 2}
     assert "- [permanent] User's bike lock code is 2468" in entry["content"].splitlines()
     assert "waiting to be archived" not in run(["status"], hippobot_home).stdout
+
+
+def test_sessions_list_adds_up_to_sessions_show_after_new(hippobot_home, scripted_server, scripted_model):
+    scripted_model.fallback = archivist
+    run(["agent", "-m", "first talk about boats"], hippobot_home, scripted_server)
+    run(["agent", "-m", "/new"], hippobot_home, scripted_server)
+    run(["agent", "-m", "now about kites"], hippobot_home, scripted_server)
+    row = run(["sessions", "list"], hippobot_home).stdout.splitlines()[0]
+    assert row.startswith("cli:direct") and "2 msgs (+2 before /new)" in row
+    shown = run(["sessions", "show", "cli:direct"], hippobot_home).stdout.splitlines()
+    assert sum(line.startswith("[") for line in shown) == 4
+    assert shown[2] == "--- /new: the 2 messages above are archived to memory ---"
 
 
 # --- token pressure and idle compaction ----------------------------------------------

@@ -55,7 +55,10 @@ def list_sessions(
         return
     for i in infos:
         when = (i.updated_at or "")[:16].replace("T", " ")
-        sys.stdout.write(f"{i.key:<28} {i.message_count:>6} msgs  {when:<16}  {i.preview}\n")
+        # After /new the row counts the fresh conversation and names what came before,
+        # so it adds up to what `sessions show` prints.
+        earlier = f" (+{i.earlier_count} before /new)" if i.earlier_count else ""
+        sys.stdout.write(f"{i.key:<28} {i.message_count:>6} msgs{earlier}  {when:<16}  {i.preview}\n")
     if hidden:
         sys.stdout.write(f"({hidden} internal nanobot Dream session(s) hidden; --all shows them)\n")
 
@@ -69,16 +72,20 @@ def show_session(
 ) -> None:
     """Show a conversation (runtime metadata stripped)."""
     session = _api(_settings(workspace)).session(key)
+    fresh = min(session.fresh_start, len(session.messages))
     items = public_messages(session.messages)
     if last > 0:
         items = items[-last:]
     if json_out:
         _print_json({
             "key": session.key, "created_at": session.created_at, "updated_at": session.updated_at,
-            "last_consolidated": session.last_consolidated, "messages": items,
+            "last_consolidated": session.last_consolidated, "fresh_start": fresh, "messages": items,
         })
         return
+    marker = f"--- /new: the {fresh} messages above are {_archived(session)} ---\n" if fresh else ""
     for item in items:
+        if marker and item["index"] == fresh:
+            sys.stdout.write(marker)
         role = str(item["role"])
         if item.get("tool_calls"):
             for call in item["tool_calls"]:
@@ -87,6 +94,15 @@ def show_session(
                 continue
         text = item["text"] if role != "tool" else item["text"][:500]
         sys.stdout.write(f"[{item['index']}] {role}: {text}\n")
+    if marker and fresh == len(session.messages):  # nothing said since the /new yet
+        sys.stdout.write(marker)
+
+
+def _archived(session: Any) -> str:
+    wait = session.archive_wait()
+    if wait is None:
+        return "archived to memory"
+    return f"not all archived yet ({wait.describe()})"
 
 
 @sessions_app.command("delete")

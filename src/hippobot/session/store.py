@@ -77,6 +77,7 @@ class SessionInfo:
     message_count: int  # since the last /new
     preview: str
     size_bytes: int
+    earlier_count: int = 0  # messages before the last /new
     archive_wait: ArchiveWait | None = None  # messages that still have to reach the archive
 
 
@@ -498,7 +499,8 @@ class JsonlSessionStore:
             if not isinstance(exc, FileNotFoundError):
                 logger.warning("%s: not listed: %s", path, exc.strerror or exc)
             return None  # removed while listing, or a link out of the workspace
-        # After /new the listing describes the fresh conversation, as the user sees it.
+        # After /new the listing describes the fresh conversation, as the user sees it, and
+        # says how many messages came before (``sessions show`` prints both parts).
         fresh = min(session.fresh_start, len(session.messages))
         current = session.messages[fresh:]
         return SessionInfo(
@@ -509,6 +511,7 @@ class JsonlSessionStore:
             message_count=len(current),
             preview=preview(current),
             size_bytes=stat.st_size,
+            earlier_count=fresh,
             archive_wait=session.archive_wait(),
         )
 
