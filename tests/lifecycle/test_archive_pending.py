@@ -209,9 +209,14 @@ async def test_a_failed_idle_compaction_stays_pending_and_is_retried(make_settin
     assert "2 messages of session cli:direct waiting to be archived" in \
         Api.for_agent(agent).history(pending=True).archives[0].describe()
 
-    scripted_model.fallback = archivist
     clock.advance(RETRY_AFTER_S + 1)
-    assert await agent.consolidator.resume_pending(wait=True) == 1  # the schedule's retry
+    assert await agent.consolidator.resume_pending(wait=True) == 1  # the schedule's retry fails
+    assert session.archive_failure is not None and session.archive_failure.attempts == 2
+    clock.advance(RETRY_AFTER_S + 1)  # after a second failure the pause doubles
+    assert await agent.consolidator.resume_pending(wait=True) == 0
+    scripted_model.fallback = archivist
+    clock.advance(RETRY_AFTER_S)
+    assert await agent.consolidator.resume_pending(wait=True) == 1
     (entry,) = history(agent.workspace)
     assert "User's flight to Lisbon leaves on Friday at 9" in entry["content"]
     assert session.summary is not None and session.archive_wait() is None

@@ -16,8 +16,9 @@ The bounded ``[RAW]`` dump is the last resort, written only
 * after :data:`GIVE_UP_ATTEMPTS` failed attempts, the first at least :data:`GIVE_UP_AFTER_S`
   before (a model that never manages this slice does not keep it waiting for ever).
 
-Automatic retries wait :data:`RETRY_AFTER_S` after a failure (recorded, so every process
-agrees); ``hippobot dream``, ``/dream`` and ``/new`` try at once.
+Automatic retries wait :data:`RETRY_AFTER_S` after the first failure, twice as long after each
+further one, at most :data:`RETRY_MAX_S` (the times are recorded, so every process agrees);
+``hippobot dream``, ``/dream`` and ``/new`` try at once.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ from datetime import datetime
 
 from hippobot.session.model import ArchiveFailure
 
-__all__ = ["GIVE_UP_AFTER_S", "GIVE_UP_ATTEMPTS", "RETRY_AFTER_S", "failed", "gives_up", "retry_due"]
+__all__ = [
+    "GIVE_UP_AFTER_S", "GIVE_UP_ATTEMPTS", "RETRY_AFTER_S", "RETRY_MAX_S", "failed", "gives_up",
+    "retry_due",
+]
 
 RETRY_AFTER_S = 60.0
+RETRY_MAX_S = 1800.0
 GIVE_UP_ATTEMPTS = 3
 GIVE_UP_AFTER_S = 3600.0
 
@@ -57,11 +62,13 @@ def failed(
 
 
 def retry_due(failure: ArchiveFailure | None, now: datetime) -> bool:
-    """Whether an automatic retry may go out now."""
+    """Whether an automatic retry may go out now (a broken model is asked about once a
+    minute at first, then ever less often: 1, 2, 4 ... 30 minutes after each failure)."""
     if failure is None:
         return True
     since = _seconds_since(failure.last_failed, now)
-    return since is None or since >= RETRY_AFTER_S or since < 0
+    pause = min(RETRY_MAX_S, RETRY_AFTER_S * 2 ** min(failure.attempts - 1, 16))
+    return since is None or since >= pause or since < 0
 
 
 def gives_up(failure: ArchiveFailure, now: datetime) -> bool:
