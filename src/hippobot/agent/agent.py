@@ -400,7 +400,9 @@ class Agent:
                 max_tool_result_chars=self.limits.max_tool_result_chars,
                 stop=tuple(stop),
                 # for "waiting for <model> · N tokens": an estimate, no tokenizer tables loaded
-                prompt_size=lambda r: tokens.estimate_messages(r.messages) + tokens.estimate_tools(r.tools),
+                prompt_size=lambda r: tokens.prompt_size(
+                    messages=r.messages, tools=r.tools, estimate=True
+                ).total,
             )
 
             before: dict[str, bytes] | None = None  # versioned files before the first write
