@@ -12,6 +12,7 @@ from hippobot.providers import ChatRequest, OpenAICompatProvider, TextDelta, Too
 from hippobot.providers.base import Finish
 from hippobot.providers.text_tools import (
     TextToolCallProvider,
+    offered_tools,
     recover_tool_calls,
     text_tools_enabled,
 )
@@ -53,6 +54,37 @@ def calls(text: str) -> list[tuple[str, dict]]:
 )
 def test_common_written_forms_become_one_call(text: str) -> None:
     assert calls(text) == [("read_file", {"path": "USER.md"})]
+
+
+def test_qwen_tools_tags_are_a_call() -> None:
+    # Qwen2.5-Coder-1.5B behind llama.cpp, shown raw to the user before.
+    text = '<tools>\n{"name": "memory_get", "arguments": {"citation": "history#42", "around": 3}}\n</tools>'
+    assert calls(text) == [("memory_get", {"citation": "history#42", "around": 3})]
+    assert calls('```\n<tools>{"name": "read_file", "arguments": {"path": "a"}}</tools>\n```') == [
+        ("read_file", {"path": "a"})
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "call"),
+    [
+        ('<tools>{"name": "memory", "arguments": {"query": "cat"}}</tools>', ("memory", {"query": "cat"})),
+        ('{"name": "delete_everything", "arguments": {}}', ("delete_everything", {})),
+        ('{"name": "read_file", "arguments": ["USER.md"]}', ("read_file", ["USER.md"])),
+    ],
+)
+def test_a_call_shaped_block_the_tools_cannot_run_is_still_a_call(text: str, call: tuple) -> None:
+    """Never shown: the registry answers the model (unknown tool, arguments not an object)."""
+    assert calls(text) == [call]
+
+
+def test_a_bare_string_argument_goes_to_the_one_required_parameter() -> None:
+    offered = offered_tools(
+        [{"type": "function", "function": {"name": "memory_get", "parameters": {
+            "type": "object", "properties": {"citation": {}, "around": {}}, "required": ["citation"]}}}]
+    )  # fmt: skip
+    found = recover_tool_calls('{"name": "memory_get", "arguments": "history#4"}', offered)
+    assert found is not None and json.loads(found.calls[0].arguments) == {"citation": "history#4"}
 
 
 def test_several_calls_in_a_list_or_one_after_another() -> None:
@@ -99,10 +131,10 @@ def test_an_explanation_before_an_example_call_stays_text_however_it_ends() -> N
 @pytest.mark.parametrize(
     "text",
     [
-        '{"name": "delete_everything", "arguments": {}}',  # not an offered tool
         '```json\n{"name": "Alice", "age": 30}\n```',  # JSON data, not a call
+        '{"name": "Luna", "species": "cat"}',  # data with a name, no arguments
+        '{"name": "Luna"}',
         '```python\nprint("hello")\n```',
-        '{"name": "read_file", "arguments": ["USER.md"]}',  # arguments not an object
         '{"name": "read_file", "arguments": {"path": "a"}, "comment": "x"}',  # unknown keys
         "Your cat is called Luna.",
         "",

@@ -7,18 +7,23 @@ Many small local models (behind Ollama, llama.cpp or vLLM) answer a request that
     {"name": "memory_get", "arguments": {"citation": "history#12"}}
     ```
     <tool_call>{"name": "read_file", "arguments": {"path": "USER.md"}}</tool_call>
+    <tools>{"name": "memory_search", "arguments": {"query": "cat"}}</tools>
 
 :func:`recover_tool_calls` turns such text into calls; :class:`TextToolCallProvider` does it on a
 stream, holding back text from the first line that could start a call so the raw block is never
 shown to the user.
 
 The parser is conservative: text is recovered only when, from the first line that starts a
-block, it consists of nothing but tool-call blocks (and at most a short closing remark), every
-block names a tool the request offered, and its arguments are a JSON object. A reply that
-*opens* with such a block is a call whatever prose follows it (that prose, written before the
-tool ran, is dropped). JSON naming an unknown tool, a code block that is not a call, or a long
-explanation around an example all stay text. Accepted forms of one call (in a fenced block, bare, inside ``<tool_call>`` tags, or as a
-list of calls):
+block, it consists of nothing but tool-call blocks (and at most a short closing remark), and
+every block is a call. A reply that *opens* with such a block is a call whatever prose
+follows it (that prose, written before the tool ran, is dropped). JSON data (no arguments
+key, or keys a call does not have), a code block that is not a call, or a long explanation
+around an example all stay text. A block shaped like a call (a name and an explicit
+arguments key) that names a tool the request did not offer, or whose arguments are not an
+object, is a call too: running it gives the model the registry's error (unknown tool, bad
+arguments) to correct, where showing it would give the user a raw block. Accepted forms of
+one call (in a fenced block, bare, inside ``<tool_call>`` or ``<tools>`` tags, or as a list
+of calls):
 
 * ``{"name": N, "arguments": {...}}`` (also ``"parameters"``, ``"args"``, ``"input"``,
   ``"tool_input"``; arguments may be a JSON string of an object);
@@ -34,7 +39,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +60,7 @@ __all__ = [
     "TextToolCall",
     "TextToolCallProvider",
     "TextToolMode",
+    "offered_tools",
     "recover_tool_calls",
     "text_tools_enabled",
 ]
@@ -75,6 +81,27 @@ _ARG_KEYS = ("arguments", "parameters", "args", "input", "tool_input", "tool_arg
 _EXTRA_KEYS = frozenset({"type", "id", "call_id"})
 _FENCE = re.compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
 _FUNCTION_TAG = re.compile(r"<function=([\w.-]+)>")
+_CALL_TAG = re.compile(r"<(tool_call|tools)>")
+# A name a model could mean as a tool it was not offered ("memory", "search_memory"): such a
+# call is still taken when its shape says "call" (a name and an explicit arguments key), so
+# the registry answers "unknown tool, available: …" to the model instead of the raw block
+# reaching the user.
+_TOOLISH_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
+
+
+def offered_tools(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
+    """Tool name → its one required parameter (``None`` unless there is exactly one), from
+    a request's schemas: what a written call may name, and where a bare string argument
+    goes."""
+    out: dict[str, str | None] = {}
+    for schema in schemas:
+        fn = schema.get("function") or {}
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        required = (fn.get("parameters") or {}).get("required") or []
+        out[name] = required[0] if len(required) == 1 and isinstance(required[0], str) else None
+    return out
 
 
 def text_tools_enabled(mode: str, *, provider: str, api_base: str | None) -> bool:
@@ -182,11 +209,13 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
     An empty list means a block is there but is not a call to an offered tool.
     """
     rest = text[pos:]
-    if rest.startswith("<tool_call>"):
-        body_start = pos + len("<tool_call>")
-        end = text.find("</tool_call>", body_start)
+    tag = _CALL_TAG.match(rest)
+    if tag is not None:  # <tool_call>…</tool_call>, or Qwen's <tools>…</tools>
+        body_start = pos + tag.end()
+        close = f"</{tag.group(1)}>"
+        end = text.find(close, body_start)
         stop = len(text) if end < 0 else end
-        after = len(text) if end < 0 else end + len("</tool_call>")
+        after = len(text) if end < 0 else end + len(close)
         return _calls_in_body(text[body_start:stop], offered), after
     if rest.startswith("<|python_tag|>"):
         return _calls_in_body(text[pos + len("<|python_tag|>") :], offered), len(text)
@@ -218,7 +247,7 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
 def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
     """Calls in a fenced or tagged body: one JSON value, or several one after another."""
     body = body.strip()
-    if body.startswith(("<tool_call>", "<function=")):  # tags inside a fence
+    if body.startswith(("<tool_call>", "<tools>", "<function=")):  # tags inside a fence
         parsed = parse_blocks(body, offered)
         return list(parsed[0]) if parsed is not None and not parsed[1].strip() else []
     found: list[TextToolCall] = []
@@ -297,12 +326,24 @@ def _as_call(item: Any, offered: Collection[str]) -> TextToolCall | None:
     if len(names) != 1 or len(args_keys) > 1 or set(item) - set(names) - set(args_keys) - _EXTRA_KEYS:
         return None
     name = item[names[0]]
-    args = item[args_keys[0]] if args_keys else {}
-    if isinstance(args, str):
-        args = _object(args.strip() or "{}")
-    if not isinstance(name, str) or not isinstance(args, dict):
+    if not isinstance(name, str):
         return None
-    return _make_call(name, args, offered)
+    raw = item[args_keys[0]] if args_keys else {}
+    args = _object(raw.strip() or "{}") if isinstance(raw, str) else raw
+    if args is None and isinstance(raw, str) and isinstance(offered, Mapping):
+        sole = offered.get(name.strip())  # "arguments": "history#42" for memory_get(citation)
+        args = {sole: raw} if sole else None
+    if isinstance(args, dict):
+        call = _make_call(name, args, offered)
+        if call is not None:
+            return call
+    if not args_keys or not _TOOLISH_NAME.fullmatch(name.strip()):
+        return None
+    # Shaped like a call, yet naming a tool that was not offered or with arguments that are
+    # not an object: still a call. The registry's error tells the model what went wrong
+    # (unknown tool, arguments must be an object) and the user never sees the block.
+    value = args if isinstance(args, dict) else raw
+    return TextToolCall(name.strip(), json.dumps(value, ensure_ascii=False))
 
 
 def _make_call(name: str, args: dict[str, Any], offered: Collection[str]) -> TextToolCall | None:
@@ -375,7 +416,7 @@ class TextToolCallProvider:
         return self._stream(request)
 
     async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        offered = {t.get("function", {}).get("name", "") for t in request.tools}
+        offered = offered_tools(request.tools)
         gate, structured, usage = _Gate(), False, None
         async for ev in self.inner.stream(request):
             if isinstance(ev, TextDelta):
