@@ -107,6 +107,7 @@ class Message(TypedDict):
     timestamp: NotRequired[str]
     media: NotRequired[list[str]]  # image paths attached to a user turn
     _runtime_context: NotRequired[RuntimeContextMarker]
+    _recall: NotRequired[dict[str, Any]]  # memory recalled for a user turn, and why
     _command: NotRequired[bool]  # slash-command echo, hidden from replay
     _truncated: NotRequired[int]  # original size of a truncated tool result
 

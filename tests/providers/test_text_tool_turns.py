@@ -38,3 +38,46 @@ async def test_json_naming_an_unknown_tool_stays_the_answer(make_agent, scripted
     block = '```json\n{"name": "Luna", "species": "cat"}\n```'
     scripted_model.reply(block)
     assert (await agent.turn("cli:direct", "give me my cat as JSON")).reply == block
+
+
+async def test_qwens_tools_block_runs_and_a_made_up_citation_leads_back_to_the_recalled_memory(
+    make_agent, scripted_model
+):
+    """Seen with Qwen2.5-Coder-1.5B: a <tools> block calling memory_get on the example
+    citation of its description. It runs, the user sees only the answer, and the result sends
+    the model back to the memory recalled for the message."""
+    agent = make_agent()
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:earlier", "My cat is called Luna, she is a grey tabby.")
+    scripted_model.reply(
+        '<tools>\n{"name": "memory_get", "arguments": {"citation": "history#42", "around": 3}}\n</tools>'
+    )
+    scripted_model.reply("Your cat is called Luna.")
+    shown: list[str] = []
+    result = await agent.turn(
+        "cli:fresh", "What is my cat called?",
+        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
+    )
+    assert result.reply == "Your cat is called Luna." and "".join(shown) == result.reply
+    tool = scripted_model.requests[-1].raw["messages"][-1]
+    assert tool["role"] == "tool"
+    assert tool["content"].startswith("Error: no history entry #42. Use only citations you were shown.")
+    assert "[session cli:earlier#0, " in tool["content"] and "My cat is called Luna" in tool["content"]
+
+
+async def test_a_written_call_to_a_tool_that_does_not_exist_is_answered_not_shown(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply('<tools>{"name": "memory", "arguments": {"query": "cat"}}</tools>')
+    scripted_model.reply("I could not find it.")
+    result = await agent.turn("cli:direct", "What is my cat called?")
+    assert result.reply == "I could not find it."
+    tool = scripted_model.requests[-1].raw["messages"][-1]
+    assert tool["content"].startswith("Error: unknown tool 'memory'. Available tools: ")
+
+
+def test_no_tool_description_carries_an_example_a_model_could_copy(make_agent):
+    """Small models copy examples from descriptions as real arguments (history#42)."""
+    agent = make_agent()
+    text = json.dumps(agent.tools_for("cli:direct").schemas())
+    for example in ("e.g.", "for example", "history#", "cli:direct#", "MEMORY.md:"):
+        assert example not in text, example

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -30,7 +31,7 @@ from hippobot.context.skills import SkillsIndex
 from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
-from hippobot.loop.events import EventSink, Notice, ReplyDone
+from hippobot.loop.events import EventSink, Notice, Remembered, ReplyDone
 from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message, ToolCall, scrubbed, unencodable
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from hippobot.memory.gitstore import GitStore
     from hippobot.providers.base import Provider
     from hippobot.providers.retry import RetryPolicy
+    from hippobot.recall.auto import AutoRecall, Recollection
     from hippobot.recall.index import RecallIndex
     from hippobot.tools.base import ToolRegistry
 
@@ -59,6 +61,7 @@ log = logging.getLogger(__name__)
 
 TURN_LOCK_TIMEOUT_S = 600.0
 _REGISTRY_CACHE = 128
+_RECALL_QUERY_CHARS = 2_000  # of a long message, its start and end are searched
 
 
 _WRITING_TOOLS = frozenset({"write_file", "edit_file", "exec"})
@@ -86,6 +89,7 @@ class TurnResult:
     reply: str
     command: bool = False
     run: RunResult | None = None
+    remembered: str | None = None  # what hippobot itself kept of a "remember that…" (one line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,8 @@ class Agent:
         )
         self._window_checked = False
         self._semantic_warned: str | None = None
+        self._recall_lock = threading.Lock()
+        self._recalled: dict[str, Recollection] = {}  # per session: the latest message's
         # Set by a server with several users before the first turn: the folders this agent's
         # tools never see besides hippobot's home (the other people's workspaces), and
         # whether its model gets exec at all (not without a sandbox, unless allowed).
@@ -298,6 +304,7 @@ class Agent:
                 session_key=key,
                 private=self.private_paths,
                 exec_enabled=self.exec_enabled,
+                recalled=lambda: self.recalled_lines(key),
             )
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
@@ -314,17 +321,29 @@ class Agent:
             self.settings.env
         )
 
-    def user_message(self, key: str, text: str, media: Sequence[str] = ()) -> Message:
+    def user_message(
+        self, key: str, text: str, media: Sequence[str] = (), recalled: Recollection | None = None
+    ) -> Message:
+        """The user's message as it is stored and sent: the text (keys redacted) with its
+        runtime context, which lists the memory ``recalled`` for it (also recorded, for
+        ``/context``, in ``_recall``)."""
         channel, chat = split_key(key)
-        block = runtime_context_block(self._now(), self.settings.defaults.timezone, channel, chat)
+        lines = [self.redact(line) for line in recalled.lines()] if recalled is not None else []
+        block = runtime_context_block(
+            self._now(), self.settings.defaults.timezone, channel, chat, recalled=lines
+        )
         content, marker = attach_runtime_context(self.redact(text), block)
         msg: Message = {"role": "user", "content": content, "_runtime_context": marker}
+        if recalled is not None and recalled.mode != "off":
+            msg["_recall"] = recalled.marker()
         if media:
             msg["media"] = [str(Path(p).expanduser().resolve()) for p in media]
         return msg
 
-    def _counted_user_message(self, key: str, text: str, media: Sequence[str]) -> Message:
-        msg = self.user_message(key, text, media)
+    def _counted_user_message(
+        self, key: str, text: str, media: Sequence[str], recalled: Recollection | None = None
+    ) -> Message:
+        msg = self.user_message(key, text, media, recalled)
         if tokens.exact_loaded():  # cached: the prompt budget counts it again for free
             tokens.count_message(msg)  # (never worth loading the tables for before a reply)
         return msg
@@ -382,12 +401,17 @@ class Agent:
         async with self._turn_lock(key, on_event):
             await self.sessions.refresh(session)
             await self._prepare(session, on_event)
+            recalled = await self._recall_for(session, text)  # before the message is in the index
             # Redacting and counting a long message take a while: not on the event loop.
-            user = await asyncio.to_thread(self._counted_user_message, key, text, media)
+            user = await asyncio.to_thread(self._counted_user_message, key, text, media, recalled)
             # A message re-sent after a failed turn is answered from its stored copy: the
             # model sees the question once (docs/sessions.md).
-            if session.unanswered(user) is None:
+            stored = session.unanswered(user)
+            if stored is None:
                 await self.sessions.append(session, user)
+                user_number = len(session.messages) - 1
+            else:
+                user_number = max(i for i, m in enumerate(session.messages) if m is stored)
             request = self.prompts.prepare(session)
             runner = Runner(
                 provider=self.provider,
@@ -435,15 +459,83 @@ class Agent:
                     replay_start=session.replay_start,
                 )
             await self.sessions.save_meta(session)
-        journal = None
+        journal, touched = None, set[str]()
         if before is not None:  # noted before the reply is shown, committed after it
-            journal = await asyncio.to_thread(self._journal_memory_edits, key, before, result.messages)
+            touched, journal = await asyncio.to_thread(
+                self._journal_memory_edits, key, before, result.messages
+            )
         if on_event is not None:  # the session is complete on disk: the reply can be shown
             on_event(ReplyDone(result.reply))
         if journal is not None:
             await asyncio.to_thread(self._commit_journal, journal)
+        remembered = None
+        if not touched:  # "remember that…" and the model wrote nothing: keep it ourselves
+            remembered = await asyncio.to_thread(self._keep_if_asked, key, text, user_number)
+            if remembered is not None and on_event is not None:
+                on_event(Remembered(remembered))
         self._after_turn(session)
-        return TurnResult(reply=result.reply, run=result)
+        return TurnResult(reply=result.reply, run=result, remembered=remembered)
+
+    def _keep_if_asked(self, key: str, text: str, number: int) -> str | None:
+        """When ``text`` asks to keep something, a pending ``[permanent]`` history entry in
+        the user's own words, pointing at message ``number``; one line saying so (or None).
+        See :mod:`hippobot.agent.remember` for why an entry rather than a file edit."""
+        from hippobot.agent.remember import remember_entry, remember_request
+        from hippobot.memory.history import HistorySource
+
+        words = remember_request(self.redact(text))
+        if words is None:
+            return None
+        try:
+            entry = self.memory.append_history(
+                remember_entry(words), session_key=key, source=HistorySource(key, number, number + 1)
+            )
+        except Exception as exc:  # the reply stands; say what was not kept
+            log.warning("could not keep the request to remember: %s", exc)
+            return f"could not keep this in memory ({exc}); ask again later"
+        shown = words if len(words) <= 80 else words[:79] + "…"
+        return f'kept in memory: "{shown}" (history#{entry.cursor}; Dream files it)'
+
+    @cached_property
+    def auto_recall(self) -> AutoRecall:
+        """Recall before answering (``recall.auto``), on this workspace's index."""
+        from hippobot.recall.auto import AutoRecall
+
+        conf = self.settings.config.recall
+        return AutoRecall(
+            self._recall_index,
+            max_tokens=conf.auto_tokens if conf.auto else 0,
+            min_score=conf.auto_min_score,
+            timeout_s=conf.auto_timeout_s,
+            include_other_sessions=self.settings.defaults.see_other_sessions,
+        )
+
+    def _recall_index(self) -> RecallIndex:
+        with self._recall_lock:  # made in a worker thread, maybe by two turns at once
+            return self.recall
+
+    async def _recall_for(self, session: Session, text: str) -> Recollection | None:
+        """The memory recalled for the message ``text`` (None when recall is off); kept
+        for the session's tools, so memory_get can point back to it."""
+        recall = self.auto_recall
+        if not recall.enabled or not text.strip():
+            self._recalled.pop(session.key, None)
+            return None
+        query = text if len(text) <= _RECALL_QUERY_CHARS else (
+            text[: _RECALL_QUERY_CHARS // 2] + "\n" + text[-_RECALL_QUERY_CHARS // 2 :]
+        )  # fmt: skip
+        found = await recall.recall(
+            query, session_key=session.key, shown=lambda: self.prompts.shown(session, text)
+        )
+        self._recalled[session.key] = found
+        while len(self._recalled) > _REGISTRY_CACHE:
+            self._recalled.pop(next(iter(self._recalled)))
+        return found
+
+    def recalled_lines(self, key: str) -> list[str]:
+        """The memory recalled for the latest message of session ``key`` in this process."""
+        found = self._recalled.get(key)
+        return [self.redact(line) for line in found.lines()] if found is not None else []
 
     def check_message(self, text: str) -> None:
         """A UserError when ``text`` is over ``maxMessageChars`` or is not valid Unicode."""
@@ -581,7 +673,9 @@ class Agent:
 
         return ChatVersions(self.paths, lambda: self.git)
 
-    def _journal_memory_edits(self, key: str, before: dict[str, bytes], messages: Sequence[Message]) -> Path | None:
+    def _journal_memory_edits(
+        self, key: str, before: dict[str, bytes], messages: Sequence[Message]
+    ) -> tuple[set[str], Path | None]:
         """Active memory: what the model's successful edits changed is versioned, and only
         that (:mod:`hippobot.agent.chat_versions`); this notes it down before the reply is
         shown. After ``exec`` (which may write any file) every versioned file that changed
@@ -602,10 +696,10 @@ class Agent:
                 touched |= {rel for rel in before.keys() | now.keys() if before.get(rel) != now.get(rel)}
             touched = {rel for rel in touched if now.get(rel) != before.get(rel)}
             # no memory file changed: nothing to version (and no history to start)
-            return self.versions.journal(key, before, touched)
+            return touched, self.versions.journal(key, before, touched)
         except Exception as exc:  # versioning must never break a chat
             log.warning("could not version the memory edit: %s", exc)
-            return None
+            return set(), None
 
     def _commit_journal(self, journal: Path) -> None:
         try:

@@ -57,6 +57,7 @@ class ContextReport:
     messages: list[dict[str, Any]] = field(default_factory=list)
     sources: list[SourceRow] = field(default_factory=list)
     budget: BudgetSplit | None = None
+    recalled: dict[str, Any] | None = None  # what recall added to the latest user message
 
     def to_json(self, *, full: bool = False) -> str:
         data = asdict(self)
@@ -84,6 +85,8 @@ class ContextReport:
             f"input budget {budget} tokens = context window {self.context_window} − reply "
             "reserve − safety margin" if budget else "token budget: off (contextWindowTokens is 0)",
         ]
+        if self.recalled is not None:
+            lines += ["", *_recall_lines(self.recalled)]
         if self.budget is not None and budget:
             lines += ["", *_split_lines(self.budget)]
         if full:
@@ -96,6 +99,34 @@ class ContextReport:
                 if m.get("tool_calls"):
                     lines.append(json.dumps(m["tool_calls"], ensure_ascii=False))
         return "\n".join(lines)
+
+
+def _recall_lines(marker: dict[str, Any]) -> list[str]:
+    """What recall before answering added to the latest message, and why (score, citation);
+    the text itself is in that message's runtime context (``--full`` prints it)."""
+    hits = [h for h in marker.get("hits") or () if isinstance(h, dict)]
+    mode, bar = marker.get("mode", "?"), marker.get("bar", 0)
+    total = sum(int(h.get("tokens") or 0) for h in hits)
+    head = (
+        f"Memory recalled for the latest message: {len(hits)} hit(s), {total} tokens "
+        f"({mode} search, relevance bar {bar}, {marker.get('seconds', 0)} s)"
+    )
+    lines = [head]
+    lines += [f"  [{h.get('citation')}] relevance {h.get('score')}, {h.get('tokens')} tokens" for h in hits]
+    for item in marker.get("left_out") or ():
+        if isinstance(item, dict):
+            lines.append(f"  left out [{item.get('citation')}]: {item.get('why')}")
+    if marker.get("note"):
+        lines.append(f"  note: {marker['note']}")
+    return lines
+
+
+def _latest_recall(messages: list[Message]) -> dict[str, Any] | None:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            marker = message.get("_recall")
+            return marker if isinstance(marker, dict) else None
+    return None
 
 
 def _split_lines(b: BudgetSplit) -> list[str]:
@@ -242,6 +273,7 @@ def context_report(agent: Agent, key: str) -> ContextReport:
         messages=measured.messages,
         sources=_sources(agent, system),
         budget=split,
+        recalled=_latest_recall(agent.sessions.get(key).messages),
     )
 
 

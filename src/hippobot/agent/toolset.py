@@ -52,12 +52,15 @@ def build_registry(
     session_key: str,
     private: Sequence[Path] = (),
     exec_enabled: bool = True,
+    recalled: Callable[[], list[str]] | None = None,
 ) -> ToolRegistry:
     """The tools of one session. ``store_path(rel)``: whether the memory history versions
     that workspace path (``GitStore.is_store_path``; asked only when a file is written).
     ``private`` folders (other people's workspaces on a shared server) are hidden from the
     file tools and from ``exec``'s sandbox, like hippobot's home; without ``exec_enabled``
-    the model gets no ``exec``."""
+    the model gets no ``exec``; ``recalled`` gives the memory recalled for the session's latest
+    message, which memory_get points the model back to when it asks for a citation that
+    does not exist."""
     root = project or workspace.root
     hidden = (settings.home, *private)  # config.json and its keys, other workspaces
     # With a project selected, file tools work in the project; the agent workspace stays
@@ -97,6 +100,7 @@ def build_registry(
             recall,
             session_key=session_key,
             include_other_sessions=settings.defaults.see_other_sessions,
+            recalled=recalled,
         )
     )
     return registry

@@ -24,6 +24,7 @@ from hippobot.loop.events import (
     ModelRetry,
     ModelWaiting,
     Notice,
+    Remembered,
     ReplyDelta,
     ReplyDone,
     ReplyRestart,
@@ -275,6 +276,9 @@ class _Printer:
             self.progress.start()
         elif isinstance(ev, Notice):
             self.err.write(self._dim(f"  · {ev.text}") + "\n")
+        elif isinstance(ev, Remembered):
+            self._end_stream()
+            self.err.write(self._dim(f"  ⚙ {ev.text}") + "\n")
         self.err.flush()
 
 

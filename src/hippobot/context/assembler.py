@@ -9,6 +9,8 @@ is budgeted cannot differ.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from hippobot.session.model import Session
 if TYPE_CHECKING:
     from hippobot.tools.base import ToolRegistry
 
-__all__ = ["HistorySource", "PreparedRequest", "PromptAssembler", "split_key"]
+__all__ = ["HistorySource", "PreparedRequest", "PromptAssembler", "Shown", "split_key"]
 
 _CACHE_SESSIONS = 128
 
@@ -67,16 +69,48 @@ class PreparedRequest:
         return tokens.prompt_size(system=self.system.text, tools=self.schemas, messages=self.history)
 
 
-def memory_anchor(session: Session, recent: Sequence[Any]) -> str:
+def memory_anchor(session: Session, recent: Sequence[Any], next_user: str = "") -> str:
     """What memory files over their budget are selected for: the first user message the
     prompt replays and the Recent History shown. Both change only at memory events
-    (consolidation, /new, Dream), so the selection and the cached prefix stay put between."""
+    (consolidation, /new, Dream), so the selection and the cached prefix stay put between.
+    ``next_user``: the message about to be added, standing in for the first one when the
+    replay holds none yet."""
     parts = [str(getattr(e, "content", "")) for e in recent]
     for message in session.messages[session.replay_start :]:
         if message.get("role") == "user":
             parts.insert(0, content_text(message.get("content")))
             break
+    else:
+        if next_user:
+            parts.insert(0, next_user)
     return "\n".join(parts)
+
+
+_FENCE_MARK = re.compile(r"\\(?=[\[#-])")
+
+
+def _comparable(text: str) -> str:
+    """Text as a substring test should see it: NFKC, fences and line breaks ignored."""
+    return " ".join(_FENCE_MARK.sub("", unicodedata.normalize("NFKC", text)).split())
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a request on a session already shows the model: the system prompt's text
+    and the messages of the session it replays (their numbers in the session)."""
+
+    session_key: str
+    system_text: str  # comparable form
+    replayed: frozenset[int]
+
+    def in_prompt(self, text: str) -> bool:
+        """Whether the system prompt holds ``text`` (a search snippet: an excerpt may start
+        or end with "…")."""
+        needle = _comparable(text.strip().strip("…"))
+        return len(needle) >= 8 and needle in self.system_text
+
+    def replays(self, session_key: str | None, number: int) -> bool:
+        return session_key == self.session_key and number in self.replayed
 
 
 class PromptAssembler:
@@ -110,6 +144,7 @@ class PromptAssembler:
         self._wire_cache: OrderedDict[str, dict[int, tuple[Message, dict[str, Any]]]] = (
             OrderedDict()
         )
+        self._comparable: tuple[str | None, str] = (None, "")  # last system text, compared form
 
     @property
     def workspace(self) -> Path:
@@ -128,7 +163,9 @@ class PromptAssembler:
             max_tokens=self.budget.history_tokens,
         )
 
-    def system_prompt(self, session: Session, tool_names: Sequence[str]) -> SystemPrompt:
+    def system_prompt(
+        self, session: Session, tool_names: Sequence[str], *, next_user: str = ""
+    ) -> SystemPrompt:
         channel, _ = split_key(session.key)
         selection = self.recent_history(session.key)
         return self.builder.build(
@@ -138,8 +175,24 @@ class PromptAssembler:
             channel=channel,
             model=self.model_label(),
             recent_history_note=selection.note,
-            memory_anchor=memory_anchor(session, selection.entries),
+            memory_anchor=memory_anchor(session, selection.entries, next_user),
         )
+
+    def shown(self, session: Session, next_user: str = "") -> Shown:
+        """What the next request on ``session`` will show besides the message about to be
+        added (``next_user``): recall before answering leaves that out. The replay is the
+        one :meth:`prepare` would send now; adding the message may push its oldest
+        message out, which is then merely not recalled this once."""
+        registry = self.tools_for(session.key)
+        system = self.system_prompt(session, registry.names(), next_user=next_user)
+        replayed = {id(m) for m in self.replay(session, system, registry.schemas())}
+        start = session.replay_start
+        numbers = frozenset(
+            n for n, m in enumerate(session.messages[start:], start=start) if id(m) in replayed
+        )
+        if self._comparable[0] is not system.text:  # the memoised prompt: usually the same
+            self._comparable = (system.text, _comparable(system.text))
+        return Shown(session.key, self._comparable[1], numbers)
 
     def replay(
         self, session: Session, system: SystemPrompt, schemas: list[dict[str, Any]]

@@ -11,6 +11,7 @@ __all__ = [
     "ModelRetry",
     "ModelWaiting",
     "Notice",
+    "Remembered",
     "ReplyDelta",
     "ReplyDone",
     "ReplyRestart",
@@ -84,7 +85,23 @@ class ModelRetry:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """hippobot kept what the user asked it to remember (the model wrote no memory): one
+    line for the user, shown like a tool step, after the reply."""
+
+    text: str
+
+
 AgentEvent = (
-    ReplyDelta | ReplyDone | ReplyRestart | ToolStarted | ToolFinished | Notice | ModelWaiting | ModelRetry
+    ReplyDelta
+    | ReplyDone
+    | ReplyRestart
+    | ToolStarted
+    | ToolFinished
+    | Notice
+    | ModelWaiting
+    | ModelRetry
+    | Remembered
 )
 EventSink = Callable[[AgentEvent], None]

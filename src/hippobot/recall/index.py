@@ -369,6 +369,10 @@ class RecallIndex:
         now: float | None = None,
         explain: bool = False,
         min_score: float = 0.0,
+        vector: Any = None,
+        semantic: bool = True,
+        snippet_chars: int = 160,
+        marks: bool = True,
     ) -> list[Hit]:
         """The ``k`` best matches for ``query``, best first, each with a calibrated
         ``score`` between 0 and 1 (see :mod:`~hippobot.recall.ranking`).
@@ -385,6 +389,11 @@ class RecallIndex:
         each hit's ``explain`` with the parts of its score. ``min_score`` leaves out hits
         below that relevance (a bar for callers that act on hits unasked, e.g. recall
         before answering); the default keeps every candidate.
+
+        ``vector`` is the query's vector when the caller made it already
+        (:meth:`embed_query`); ``semantic=False`` searches by keywords only even with an
+        embedder (a caller that could not wait for the vector). ``snippet_chars`` is the
+        length of each snippet; ``marks=False`` leaves the matched words unmarked.
         """
         if scope not in _SCOPE_KINDS:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
@@ -393,7 +402,9 @@ class RecallIndex:
         if not parsed and (self._vectors is None or not query.strip()):
             return []
         # Embedding the query may wait on an endpoint: do it before taking the index lock.
-        qvec = self._query_vector(query) if self._vectors is not None else None
+        qvec = None
+        if self._vectors is not None and semantic:
+            qvec = vector if vector is not None else self._query_vector(query)
         clock = time.time() if now is None else now
 
         def run() -> list[Hit]:
@@ -405,9 +416,18 @@ class RecallIndex:
                 ev.score = relevance(ev, weights)
             best = _trim(sorted(found, key=lambda e: (-e.score, -e.doc_id)), min_score)[:k]
             notes = {e.doc_id: _explain(e) for e in best} if explain else None
-            return load_hits(self._db, [(e.doc_id, e.score) for e in best], parsed, session_key, notes)
+            return load_hits(self._db, [(e.doc_id, e.score) for e in best], parsed, session_key,
+                             notes, snippet_chars=snippet_chars, marks=marks)  # fmt: skip
 
         return self._guard(run)
+
+    def embed_query(self, query: str) -> Any:
+        """The query's vector for :meth:`search` (``vector=``), or ``None`` without an
+        embedder or when it fails (then :meth:`take_semantic_warning` says why). Takes no
+        index lock: a caller may run it apart and stop waiting for it."""
+        if self._vectors is None or not query.strip():
+            return None
+        return self._query_vector(query)
 
     def candidates(
         self,

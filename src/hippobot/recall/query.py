@@ -271,8 +271,11 @@ def _densest_window(spans: list[tuple[int, int, int]], width: int) -> int:
     return best_start
 
 
-def best_snippet(text: str, query: ParsedQuery, *, width: int = 160) -> tuple[str, int]:
-    """A one-line excerpt of ``text`` around the densest cluster of matches, marked «…».
+def best_snippet(
+    text: str, query: ParsedQuery, *, width: int = 160, marks: bool = True
+) -> tuple[str, int]:
+    """A one-line excerpt of ``text`` around the densest cluster of matches, marked «…»
+    (unless ``marks`` is false).
 
     Returns the excerpt and the character offset of the first match it shows (callers
     turn it into a line number); 0 when nothing matched.
@@ -301,7 +304,7 @@ def best_snippet(text: str, query: ParsedQuery, *, width: int = 160) -> tuple[st
         if s < pos or s >= end:
             continue
         out.append(flat[pos:s])
-        out.append(f"«{flat[s : min(e, end)]}»")
+        out.append(f"«{flat[s : min(e, end)]}»" if marks else flat[s : min(e, end)])
         pos = min(e, end)
     out.append(flat[pos:end])
     excerpt = " ".join("".join(out).split())
@@ -449,19 +452,22 @@ def load_hits(
     parsed: ParsedQuery,
     session_key: str | None,
     explain: dict[int, dict[str, float | int | None]] | None = None,
+    *,
+    snippet_chars: int = 160,
+    marks: bool = True,
 ) -> list[Hit]:
     """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation
     (and, when ``explain`` is given, each hit's score parts from it)."""
     if not best:
         return []
     ids = [doc_id for doc_id, _ in best]
-    marks = ",".join("?" * len(ids))
+    params = ",".join("?" * len(ids))
     rows = {
         r[0]: r
         for r in conn.execute(
             "SELECT d.id, d.num, d.ts, d.session_key, d.role, t.text, f.rel, f.kind "
             "FROM docs d JOIN files f ON f.id = d.file_id JOIN texts t ON t.id = d.id "
-            f"WHERE d.id IN ({marks})",
+            f"WHERE d.id IN ({params})",
             ids,
         )
     }
@@ -470,7 +476,7 @@ def load_hits(
         if doc_id not in rows:
             continue
         _, num, ts, key, role, text, rel, kind = rows[doc_id]
-        snippet, offset = best_snippet(text, parsed)
+        snippet, offset = best_snippet(text, parsed, width=snippet_chars, marks=marks)
         if kind == "history":
             citation = f"history#{num}"
         elif kind == "session":

@@ -8,6 +8,7 @@ left out entirely (search and get alike).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Literal
 
@@ -71,10 +72,35 @@ def hits_to_json(hits: list[Hit]) -> list[dict[str, Any]]:
     return [asdict(h) for h in hits]
 
 
+def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
+    """The result of a citation that does not exist: what the model was shown instead.
+
+    Small models invent citations (or copy one from an example); the way out is the memory
+    already in front of them, or a search that prints real citations."""
+    if recalled:
+        listed = "\n".join(recalled)
+        return (
+            f"{problem}. Use only citations you were shown. The memory recalled for the "
+            f"user's message is in its runtime context:\n{listed}\nAnswer from it, or call "
+            "memory_search to find more."
+        )
+    return (
+        f"{problem}. Use only a citation exactly as memory_search printed it: call "
+        "memory_search first."
+    )
+
+
 def recall_tools(
-    index: RecallIndex, *, session_key: str, include_other_sessions: bool = True
+    index: RecallIndex,
+    *,
+    session_key: str,
+    include_other_sessions: bool = True,
+    recalled: Callable[[], list[str]] | None = None,
 ) -> list[Tool]:
-    """``memory_search`` and ``memory_get`` bound to ``index`` and the current session."""
+    """``memory_search`` and ``memory_get`` bound to ``index`` and the current session.
+
+    ``recalled`` gives the lines recalled for the session's latest message (recall before
+    answering): a citation that does not exist is answered with them."""
 
     async def memory_search(
         query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
@@ -105,12 +131,12 @@ def recall_tools(
         return f"{format_hits(hits)}\n{_GET_HINT}"
 
     async def memory_get(citation: str, around: int = 3) -> str:
-        """Expand a citation from a memory_search result to its full text. That is the whole
-        history entry, the conversation messages around a session message, or the lines
-        around a memory-file line.
+        """Expand a citation you were shown (by memory_search or with recalled memory) to its
+        full text. That is the whole history entry, the conversation messages around a
+        session message, or the lines around a memory-file line.
 
         Args:
-            citation: A citation copied exactly from a memory_search result (the text in
+            citation: A citation copied exactly from a result you were shown (the text in
                 its first brackets); never make one up.
             around: How many messages (or lines) to show on each side (0-20).
         """
@@ -123,6 +149,7 @@ def recall_tools(
                 include_other_sessions=include_other_sessions,
             )
         except RecallError as exc:
-            raise ToolError(str(exc)) from exc
+            shown = recalled() if recalled is not None else []
+            raise ToolError(_back_to_what_was_shown(str(exc).rstrip("."), shown)) from exc
 
     return [Tool.from_function(memory_search), Tool.from_function(memory_get)]

@@ -33,7 +33,7 @@ from hippobot.errors import (
     RateLimitError,
     UserError,
 )
-from hippobot.loop.events import ReplyDelta, ReplyRestart, ToolStarted
+from hippobot.loop.events import Remembered, ReplyDelta, ReplyRestart, ToolStarted
 from hippobot.messages import unencodable
 from hippobot.providers.base import Usage
 from hippobot.server import identity
@@ -418,6 +418,9 @@ class Reply:
 
     def completion(self, result: TurnResult) -> dict[str, Any]:
         message = {"role": "assistant", "content": result.reply}
+        # What hippobot itself kept in memory rides beside the standard fields, where
+        # OpenAI clients ignore it.
+        extra = {"hippobot": {"remembered": result.remembered}} if result.remembered else {}
         return {
             "id": self.id,
             "object": "chat.completion",
@@ -432,7 +435,7 @@ class Reply:
                 }
             ],
             "usage": _usage(result),
-        }
+        } | extra
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
@@ -483,6 +486,8 @@ async def sse_stream(
         elif isinstance(item, ToolStarted):
             text.tool_step()
             yield f": tool step {item.name}\n\n"  # an SSE comment: clients ignore it
+        elif isinstance(item, Remembered):
+            yield f": hippobot {' '.join(item.text.split())}\n\n"
     result = await outcome(task)
     if isinstance(result, ApiError):
         yield _event(result.body())

@@ -1,0 +1,251 @@
+"""Recall before answering: the memory that rides on a user message (SPEC 4.1, point 6).
+
+For each user message the agent searches memory itself, with the same ranking as the
+model's ``memory_search``, and adds the few best hits that clear a relevance bar to the
+message's runtime context (:func:`hippobot.context.runtime.runtime_context_block`). A model
+that never calls a tool then still has the fact in front of it, next to the question.
+
+What this module decides:
+
+* **The bar.** ``recall.autoMinScore``, or by default 0.05 when the query had a vector and
+  0.02 by keywords alone. Chosen on LoCoMo conversations 1-5 (docs/recall.md): a bar drops
+  the long tail (the 0.5 % of candidates under 0.05 that are evidence) but a high one drops
+  the answer too. With vectors, the share of questions whose recalled hits hold an evidence
+  turn (300 tokens, 5 hits) is 0.72 with no bar, 0.60 at 0.05, 0.34 at 0.2; by keywords
+  0.68 with none, 0.64 at 0.02, 0.43 at 0.05. Keyword relevance is not calibrated above
+  ~0.1, and a workspace of a few messages scores every match low (BM25's idf needs many
+  documents), which the low keyword bar also leaves room for.
+* **What is already shown** is left out: text the system prompt holds (memory files,
+  Recent History) and messages of this conversation the request replays.
+* **The budget.** At most :data:`MAX_HITS` hits within ``recall.autoTokens``; each hit is one
+  line, its text cut to a window around the match.
+* **Time.** The turn never waits long for it: a query vector not ready within half of
+  ``recall.autoTimeoutS`` is not waited for (keywords only), and a search not done within
+  it is dropped for this turn (the thread finishes on its own; its answer is ignored). A
+  failure is logged once per kind, never raised.
+* **Data, not instructions.** A recalled text may hold what someone else wrote: each hit is
+  one fenced line (:func:`~hippobot.context.runtime.quote_untrusted`) under a header that
+  says so, inside the block the prompt's tool contract calls metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hippobot.context import tokens
+from hippobot.context.runtime import quote_untrusted
+
+if TYPE_CHECKING:
+    from .index import RecallIndex
+    from .query import Hit
+
+__all__ = [
+    "KEYWORD_BAR",
+    "MAX_HITS",
+    "VECTOR_BAR",
+    "AutoRecall",
+    "Recalled",
+    "Recollection",
+    "Shown",
+]
+
+log = logging.getLogger("hippobot.recall")
+
+VECTOR_BAR = 0.05
+KEYWORD_BAR = 0.02
+MAX_HITS = 5
+_SEARCH_K = 12  # candidates above the bar, before what is already shown is left out
+_SNIPPET_CHARS = 400  # about 100 tokens: a message whole, a long entry around its match
+
+
+class Shown(Protocol):
+    """What the request already puts in front of the model (see
+    :meth:`hippobot.context.assembler.PromptAssembler.shown`)."""
+
+    def in_prompt(self, text: str) -> bool: ...
+
+    def replays(self, session_key: str | None, number: int) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """One hit as it was added to a message."""
+
+    citation: str
+    score: float
+    line: str  # exactly as it appears in the runtime context
+    tokens: int
+
+
+@dataclass(slots=True)
+class Recollection:
+    """What recall added to one message, and why (shown by ``/context``)."""
+
+    hits: list[Recalled] = field(default_factory=list)
+    mode: str = "off"  # hybrid | keyword | off | failed | timeout
+    bar: float = 0.0
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (citation, why)
+    seconds: float = 0.0
+    note: str = ""  # why recall did not run in full (a timeout, an error)
+
+    def lines(self) -> list[str]:
+        return [h.line for h in self.hits]
+
+    def marker(self) -> dict[str, Any]:
+        """The record saved with the message (``_recall``): never sent to a model."""
+        data: dict[str, Any] = {
+            "version": 1,
+            "mode": self.mode,
+            "bar": round(self.bar, 3),
+            "hits": [
+                {"citation": h.citation, "score": round(h.score, 4), "tokens": h.tokens}
+                for h in self.hits
+            ],
+            "seconds": round(self.seconds, 3),
+        }
+        if self.left_out:
+            data["left_out"] = [{"citation": c, "why": why} for c, why in self.left_out]
+        if self.note:
+            data["note"] = self.note
+        return data
+
+
+def _count(text: str) -> int:
+    # Never load the tokenizer's tables for this: a one-shot run's first reply would wait.
+    return tokens.count_text(text) if tokens.exact_loaded() else tokens.estimate_text(text)
+
+
+def format_recalled(hit: Hit) -> str:
+    """``- [citation, time] role: text``: one line, fenced."""
+    where = ", ".join(p for p in (hit.citation, hit.timestamp) if p)
+    text = quote_untrusted(hit.snippet)
+    return f"- [{where}] {hit.role}: {text}" if hit.role else f"- [{where}] {text}"
+
+
+def _session_number(hit: Hit) -> int | None:
+    number = hit.citation.rpartition("#")[2]
+    return int(number) if hit.kind == "session" and number.isdigit() else None
+
+
+class AutoRecall:
+    """Recall before answering for one workspace's sessions.
+
+    ``index`` makes (or returns) the workspace's :class:`RecallIndex`; it is called in a
+    worker thread, within the time budget, since opening one may load an embedding model.
+    """
+
+    def __init__(
+        self,
+        index: Callable[[], RecallIndex],
+        *,
+        max_tokens: int,
+        min_score: float | None,
+        timeout_s: float,
+        include_other_sessions: bool,
+    ) -> None:
+        self._index = index
+        self.max_tokens = max_tokens
+        self.min_score = min_score
+        self.timeout_s = timeout_s
+        self.include_other_sessions = include_other_sessions
+        self._warned: set[str] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_tokens > 0
+
+    async def recall(
+        self, query: str, *, session_key: str, shown: Callable[[], Shown]
+    ) -> Recollection:
+        """The hits to add to the message ``query`` of session ``session_key``; never
+        raises, never takes much longer than ``timeout_s``. ``shown`` tells what the
+        request shows already (asked only when some hit clears the bar)."""
+        started = time.monotonic()
+        deadline = started + self.timeout_s
+        out = Recollection()
+        if not self.enabled or not query.strip():
+            return out
+        try:
+            index = await _within(asyncio.to_thread(self._index), deadline)
+            vector = None
+            if index.semantic:
+                half = started + self.timeout_s / 2
+                try:
+                    vector = await _within(asyncio.to_thread(index.embed_query, query), half)
+                except TimeoutError:
+                    out.note = f"the query vector was not ready within {self.timeout_s / 2:g} s: keywords only"
+            out.mode = "hybrid" if vector is not None else "keyword"
+            bar = self.min_score
+            out.bar = bar if bar is not None else VECTOR_BAR if vector is not None else KEYWORD_BAR
+            hits = await _within(
+                asyncio.to_thread(
+                    index.search, query, k=_SEARCH_K, session_key=session_key,
+                    include_other_sessions=self.include_other_sessions, min_score=out.bar,
+                    vector=vector, semantic=vector is not None,
+                    snippet_chars=_SNIPPET_CHARS, marks=False,
+                ),
+                deadline,
+            )  # fmt: skip
+        except TimeoutError:
+            out.mode, out.note = "timeout", f"memory search took longer than {self.timeout_s:g} s"
+            self._warn_once("timeout", f"recall before answering skipped: {out.note}")
+        except Exception as exc:  # a broken index must never fail the turn
+            out.mode, out.note = "failed", f"{type(exc).__name__}: {exc}"
+            self._warn_once("failed", f"recall before answering skipped: memory search failed: {out.note}")
+        else:
+            self._choose(hits, session_key, shown, out)
+        out.seconds = time.monotonic() - started
+        return out
+
+    def _choose(
+        self, hits: list[Hit], session_key: str, shown_now: Callable[[], Shown], out: Recollection
+    ) -> None:
+        if not hits:
+            return
+        shown, used = shown_now(), 0
+        for hit in hits:
+            number = _session_number(hit)
+            if number is not None and shown.replays(hit.session_key, number):
+                out.left_out.append((hit.citation, "in this conversation"))
+                continue
+            if hit.kind != "session" and shown.in_prompt(hit.snippet):
+                out.left_out.append((hit.citation, "in the system prompt"))
+                continue
+            if len(out.hits) >= MAX_HITS:
+                out.left_out.append((hit.citation, "over the hit limit"))
+                continue
+            line = format_recalled(hit)
+            cost = _count(line) + 1
+            if used + cost > self.max_tokens:
+                out.left_out.append((hit.citation, "over the token budget"))
+                continue
+            used += cost
+            out.hits.append(Recalled(hit.citation, hit.score, line, cost))
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            log.debug("%s", message)
+            return
+        self._warned.add(kind)
+        log.warning("%s (said once; later turns go on the same way)", message)
+
+
+async def _within(work: Any, deadline: float) -> Any:
+    """``work``'s result if it is done by ``deadline`` (monotonic); else TimeoutError, and
+    the work goes on by itself (a thread cannot be stopped) with its outcome ignored."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        task.add_done_callback(_ignore_outcome)
+        raise
+
+
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" noise

@@ -1,0 +1,110 @@
+""""Remember that…" is never only a claim: when the model writes nothing, hippobot keeps the
+user's words itself (a pending [permanent] history entry pointing at the message) and says so
+in one line: a dim line in the chat, stderr for -m (serve: tests/server/test_remembered.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hippobot.agent.agent import Agent
+from hippobot.agent.remember import remember_request
+from hippobot.loop.events import AgentEvent, Remembered
+from hippobot.testing import ScriptedModel
+from hippobot.testing.cli import run_cli
+from hippobot.testing.server import ScriptedServer
+
+
+async def test_a_claim_without_a_write_is_kept_and_said(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    agent = make_agent()
+    scripted_model.reply("I remember that you're vegetarian.")  # a claim, no tool call
+    events: list[AgentEvent] = []
+    result = await agent.turn("cli:direct", "remember that I'm vegetarian", on_event=events.append)
+    assert result.reply == "I remember that you're vegetarian."
+    (entry,) = agent.memory.read_history(after=0)
+    assert entry.content == '- [permanent] The user asked to remember: "remember that I\'m vegetarian"'
+    assert entry.session_key == "cli:direct"
+    assert entry.source is not None and (entry.source.start, entry.source.end) == (0, 1)
+    assert entry.cursor > agent.memory.dream_cursor()  # pending: Dream files it
+    notes = [e.text for e in events if isinstance(e, Remembered)]
+    assert notes == [f'kept in memory: "remember that I\'m vegetarian" (history#{entry.cursor}; Dream files it)']
+    assert result.remembered == notes[0]
+
+    # Every chat sees it at once (Recent History shows other chats' durable lines).
+    scripted_model.reply("You are vegetarian.")
+    await agent.turn("telegram:9", "What do I eat?")
+    assert "I'm vegetarian" in scripted_model.requests[-1].messages[0]["content"]
+
+
+async def test_a_turn_that_wrote_the_memory_file_adds_nothing(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    agent = make_agent()
+    memory = agent.workspace / "memory" / "MEMORY.md"
+    scripted_model.reply_tool_call(
+        "write_file", {"path": "memory/MEMORY.md", "content": "# Memory\n\n- The user is vegetarian\n"}
+    )
+    scripted_model.reply("Saved: you are vegetarian.")
+    events: list[AgentEvent] = []
+    result = await agent.turn("cli:direct", "Please remember that I'm vegetarian.", on_event=events.append)
+    assert "vegetarian" in memory.read_text(encoding="utf-8")
+    assert agent.memory.read_history(after=0) == []
+    assert result.remembered is None and not any(isinstance(e, Remembered) for e in events)
+
+
+async def test_questions_about_memory_are_not_requests(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    agent = make_agent()
+    scripted_model.reply("Yes, Luna.")
+    await agent.turn("cli:direct", "Do you remember my cat's name?")
+    assert agent.memory.read_history(after=0) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Please remember that I work at Initech as a nurse.",
+        "Remember this: my locker code at work is 4417.",
+        "Don't forget my sister's birthday is May 3.",
+        "note that the wifi password changed",
+        "Could you remember that I'm allergic to nuts?",
+        "Keep in mind that I hate cilantro.",
+        "Souviens-toi que je suis végétarienne.",
+        "Merk dir: ich wohne in Berlin.",
+        "Recuerda que soy vegetariano.",
+        "请记住我是素食者",
+    ],
+)
+def test_requests_to_keep_something_are_recognised(text: str) -> None:
+    assert remember_request(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Do you remember my cat?",
+        "Remember when we went to Paris?",
+        "I remember that film",
+        "I can't remember the password",
+        "Can you remember what I said last week?",
+        "What is my name?",
+    ],
+)
+def test_questions_and_memories_are_not_requests(text: str) -> None:
+    assert remember_request(text) is None
+
+
+def test_one_shot_says_it_on_stderr_and_replies_on_stdout(
+    hippobot_home: Path, scripted_server: ScriptedServer, scripted_model: ScriptedModel
+) -> None:
+    assert run_cli(["onboard"], hippobot_home).returncode == 0
+    scripted_model.reply("Noted, you're vegetarian.")
+    done = run_cli(["agent", "-m", "remember that I'm vegetarian"], hippobot_home, scripted_server)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Noted, you're vegetarian.\n"
+    assert 'kept in memory: "remember that I\'m vegetarian" (history#1; Dream files it)' in done.stderr
