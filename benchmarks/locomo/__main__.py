@@ -1,4 +1,5 @@
-"""``python -m benchmarks.locomo --data PATH/locomo10.json``: LoCoMo retrieval, two halves.
+"""``python -m benchmarks.locomo --data PATH/locomo10.json``: LoCoMo retrieval, two halves;
+with ``--qa --endpoint URL --model NAME``, question answering end to end (:mod:`.qa`).
 
 Conversations 1-5 are the half the ranking may be tuned on, 6-10 the held-out half; both
 are reported apart (``--conversations 6-10`` for one selection; repeat the option for
@@ -158,7 +159,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="where vectors are kept between runs")
     parser.add_argument("--keep", type=Path, default=None,
                         help="build the workspaces in this (new) directory and keep them")
+    qa = parser.add_argument_group(
+        "question answering (--qa)",
+        "ask each selected question through the agent with a model, beside two baselines "
+        "(no memory; plain BM25's top 5 turns pasted before the question)",
+    )
+    qa.add_argument("--qa", action="store_true", help="question answering instead of retrieval")
+    qa.add_argument("--endpoint", help="OpenAI-compatible base URL of the model, e.g. http://127.0.0.1:8081/v1")
+    qa.add_argument("--model", help="model name at the endpoint")
+    qa.add_argument("--api-key", help="API key for --endpoint (local servers need none)")
+    qa.add_argument("--questions", type=int, default=None,
+                    help="a seeded subset of this many questions, stratified by category (default all)")
+    qa.add_argument("--categories", default="1,2,4", help="question categories (default 1,2,4)")
+    qa.add_argument("--seed", type=int, default=7, help="seed of the subset (default 7)")
+    qa.add_argument("--lifecycle", action="store_true",
+                    help="also archive every session (/new) and run Dream through the endpoint first")
+    qa.add_argument("--judge", help="OpenAI-compatible base URL of an LLM judge (also scores CORRECT/WRONG)")
+    qa.add_argument("--judge-model", help="model name at the judge (default: --model)")
+    qa.add_argument("--timeout", type=float, default=600.0, help="seconds per model request (default 600)")
+    qa.add_argument("--attempts", type=int, default=1, help="attempts per model request (default 1)")
+    qa.add_argument("--context-window", type=int, default=8192, help="contextWindowTokens (default 8192)")
+    qa.add_argument("--max-tokens", type=int, default=128, help="tokens per reply (default 128)")
+    qa.add_argument("--results", type=Path, default=None,
+                    help="JSONL of answered questions, read to resume (default: --out with .jsonl)")
     args = parser.parse_args(argv)
+    if args.qa:
+        return _qa(args, parser)
     try:
         dataset.load(args.data)  # a bad file is one line before anything else runs
         if args.keep is not None and args.keep.exists():
@@ -180,6 +206,26 @@ def main(argv: list[str] | None = None) -> int:
         print()
     write_json(report, args.out)
     return 0
+
+
+def _qa(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .qa import main_qa
+
+    if not args.endpoint or not args.model:
+        parser.error("--qa needs --endpoint URL and --model NAME")
+    if args.out == RESULTS / "locomo.json":
+        args.out = RESULTS / "locomo-qa.json"
+    try:
+        conversations = dataset.load(args.data)
+        for spec in args.conversations or ["1-5"]:
+            dataset.select(conversations, spec)
+    except dataset.DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.embedder_obj, problem = make_embedder(args.embedder, args.cache, args.threads)
+    if problem:
+        print(f"warning: {problem}; hippobot recalls by keywords in this run", file=sys.stderr)
+    return main_qa(args, conversations)
 
 
 if __name__ == "__main__":

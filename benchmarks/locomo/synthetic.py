@@ -20,19 +20,20 @@ __all__ = ["make", "write"]
 
 _PEOPLE = [("Nora", "Felix"), ("Ines", "Tomas"), ("Priya", "Jonah"), ("Lea", "Omar")]
 # (fact said by speaker A, literal question, paraphrased question, category)
+# ... and the short gold answer (the question-answering benchmark scores replies against it)
 _FACTS = [
     ("I adopted a grey kitten called Pixel last week.", "What is the name of {a}'s kitten?",
-     "Which animal did {a} bring home?", 4),
+     "Which animal did {a} bring home?", 4, ("Pixel", "a grey kitten")),
     ("We finally booked the trip to Lisbon for October.", "Where is {a} travelling in October?",
-     "Which city will {a} visit in the autumn?", 2),
+     "Which city will {a} visit in the autumn?", 2, ("Lisbon", "Lisbon")),
     ("I started pottery classes on Tuesday evenings.", "What classes did {a} start?",
-     "What craft does {a} practise?", 4),
+     "What craft does {a} practise?", 4, ("pottery classes", "pottery")),
     ("My sister Maya just moved to Toronto for her new job.", "Who moved to Toronto?",
-     "Where does {a}'s sibling live now?", 1),
+     "Where does {a}'s sibling live now?", 1, ("Maya", "Toronto")),
     ("I ran my first half marathon and finished in two hours.", "How long did {a}'s half marathon take?",
-     "How fast was {a}'s first long race?", 4),
+     "How fast was {a}'s first long race?", 4, ("two hours", "two hours")),
     ("I have been reading a lot of science fiction, mostly Le Guin.", "Which author has {a} been reading?",
-     "What books does {a} enjoy?", 3),
+     "What books does {a} enjoy?", 3, ("Le Guin", "science fiction")),
 ]
 _SMALL_TALK = [
     "Hey {b}! How have you been?", "Good to hear from you, {a}. Busy week here.",
@@ -62,14 +63,14 @@ def make(conversations: int = 2, sessions: int = 3, seed: int = 7) -> list[dict[
                 speaker = a if i % 2 == 0 else b
                 turns.append({"speaker": speaker, "dia_id": f"D{s}:{i + 1}",
                               "text": line.format(a=a, b=b)})
-            for fact, literal, paraphrase, category in facts[(s - 1) * 2 : s * 2]:
+            for fact, literal, paraphrase, category, (said, meant) in facts[(s - 1) * 2 : s * 2]:
                 dia_id = f"D{s}:{len(turns) + 1}"
                 turns.append({"speaker": a, "dia_id": dia_id, "text": fact})
                 turns.append({"speaker": b, "dia_id": f"D{s}:{len(turns) + 1}",
                               "text": "Oh wow, that's great news!"})
-                qa.append({"question": literal.format(a=a), "answer": "-", "evidence": [dia_id],
+                qa.append({"question": literal.format(a=a), "answer": said, "evidence": [dia_id],
                            "category": category})
-                qa.append({"question": paraphrase.format(a=a), "answer": "-",
+                qa.append({"question": paraphrase.format(a=a), "answer": meant,
                            "evidence": [dia_id], "category": category})
             conv[f"session_{s}_date_time"] = _DATES[(s - 1) % len(_DATES)]
             conv[f"session_{s}"] = turns
