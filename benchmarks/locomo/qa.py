@@ -63,6 +63,7 @@ __all__ = [
 
 CONDITIONS = ("hippobot", "no memory", "bm25 top 5")
 DEFAULT_CATEGORIES = (1, 2, 4)
+SEARCH_WAIT_S = 10.0  # recall.autoTimeoutS of the benchmark's workspaces (with vectors)
 ASK = "{question} Answer with a short phrase, using the exact words of the conversations where you can."
 BM25_CONTEXT = "Excerpts from earlier conversations:\n{lines}\n\n"
 JUDGE_PROMPT = """You grade answers to questions about a long conversation.
@@ -228,7 +229,9 @@ def _settings(home: Path, workspace: Path, opts: QAOptions, *, semantic: bool) -
     home.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {}
     if semantic:
-        config["recall"] = {"embeddings": {"provider": "local"}}
+        # Answers are what is measured here, not latency: on a busy machine the local model
+        # may take seconds per query, which the default time budget would not wait for.
+        config["recall"] = {"embeddings": {"provider": "local"}, "autoTimeoutS": SEARCH_WAIT_S}
     (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
     env = {
         "HIPPOBOT_HOME": str(home),
@@ -288,6 +291,7 @@ class _Record:
     seconds: float = 0.0
     tool_calls: int = 0
     recalled: list[str] = field(default_factory=list)  # citations recalled (hippobot)
+    recall_mode: str | None = None  # hybrid | keyword | timeout | failed (hippobot)
     evidence: list[str] = field(default_factory=list)
     evidence_recalled: bool | None = None  # an evidence turn among them
 
@@ -369,6 +373,9 @@ async def _ask(place: _Place, ref: QuestionRef, condition: str, prompt: str, opt
         record.seconds = round(time.monotonic() - started, 2)
         return record
     finally:
+        messages = place.agent.sessions.get(key).messages
+        marker = messages[0].get("_recall") if messages else None
+        record.recall_mode = marker.get("mode") if isinstance(marker, dict) else None
         await _forget(place, key)
     record.seconds = round(time.monotonic() - started, 2)
     record.reply = result.reply
