@@ -189,8 +189,12 @@ def archive_lines(said: list[str]) -> str:
 
 
 def archived_facts(text: str) -> list[str]:
-    """The facts the scripted archivist wrote (``- [permanent] User said: ...``) in ``text``."""
-    return re.findall(r"- \[permanent\] User said: ([^\n]+)", text)
+    """The facts the scripted archivist wrote (``- [permanent] User said: ...``) in ``text``,
+    and those hippobot kept itself from a "remember that…" the model did not write down (the
+    user's words, then "(the user's own words, asked to be remembered: …)")."""
+    said = re.findall(r"- \[permanent\] User said: ([^\n]+)", text)
+    kept = re.findall(r"- \[permanent\] ([^\n]+)\n\s*\(the user's own words, asked to be remembered", text)
+    return said + kept
 
 
 def superseded_by_correction(facts: list[str]) -> list[bool]:

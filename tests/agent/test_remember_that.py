@@ -26,9 +26,12 @@ async def test_a_claim_without_a_write_is_kept_and_said(
     result = await agent.turn("cli:direct", "remember that I'm vegetarian", on_event=events.append)
     assert result.reply == "I remember that you're vegetarian."
     (entry,) = agent.memory.read_history(after=0)
-    assert entry.content == '- [permanent] The user asked to remember: "remember that I\'m vegetarian"'
+    assert entry.content == (
+        "- [permanent] remember that I'm vegetarian\n"
+        "  (the user's own words, asked to be remembered: session cli:direct#0)"
+    )
     assert entry.session_key == "cli:direct"
-    assert entry.source is not None and (entry.source.start, entry.source.end) == (0, 1)
+    assert "remember that I'm vegetarian" in agent.recall.get("session cli:direct#0", around=0)
     assert entry.cursor > agent.memory.dream_cursor()  # pending: Dream files it
     notes = [e.text for e in events if isinstance(e, Remembered)]
     assert notes == [f'kept in memory: "remember that I\'m vegetarian" (history#{entry.cursor}; Dream files it)']

@@ -26,7 +26,7 @@ from typing import Any
 
 from hippobot.memory.gitstore import CURSOR_PATH, GitStore
 from hippobot.memory.history import parse_line
-from hippobot.messages import content_text
+from hippobot.messages import content_text, public_text
 from hippobot.session.keys import relpath_to_key
 from hippobot.session.model import SYNTHETIC_TOOL_RESULT
 from hippobot.session.store import JsonlSessionStore
@@ -290,7 +290,7 @@ def _check_sessions(workspace: Path, found: Findings, settled: bool) -> dict[str
             found.add(f"{key}: /new at message {fresh} was never archived")
         for msg in messages:
             if msg.get("role") == "user":
-                seen_markers.update(set(_MARKER.findall(content_text(msg.get("content")))))
+                seen_markers.update(set(_MARKER.findall(public_text(msg))))
         loaded = JsonlSessionStore(workspace).load(key)
         if loaded is None or len(loaded.messages) != len(messages):
             found.add(f"{key}: the session reader disagrees with the file")
@@ -393,7 +393,7 @@ def _check_journal(journal: list[dict[str, Any]], sessions: dict[str, list], fou
             messages = sessions.get(record["key"], [])
             index = next(
                 (i for i, m in enumerate(messages)
-                 if m.get("role") == "user" and record["marker"] in content_text(m.get("content"))),
+                 if m.get("role") == "user" and record["marker"] in public_text(m)),
                 None,
             )
             if index is None:

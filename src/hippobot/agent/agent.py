@@ -62,6 +62,12 @@ log = logging.getLogger(__name__)
 TURN_LOCK_TIMEOUT_S = 600.0
 _REGISTRY_CACHE = 128
 _RECALL_QUERY_CHARS = 2_000  # of a long message, its start and end are searched
+# Recalled memory is saved with its message and replayed with it: at most 1/32 of the input
+# budget per message (~230 tokens in an 8,192-token window, 300 from ~10k up), and none when
+# that is under 100 tokens (windows under ~4,600 tokens: in a 4,096-token window even one
+# hit per turn tripled the archive requests of a long chat, 8 -> 22 per 80 turns).
+_RECALL_BUDGET_DIVISOR = 32
+_RECALL_MIN_TOKENS = 110
 
 
 _WRITING_TOOLS = frozenset({"write_file", "edit_file", "exec"})
@@ -481,14 +487,13 @@ class Agent:
         the user's own words, pointing at message ``number``; one line saying so (or None).
         See :mod:`hippobot.agent.remember` for why an entry rather than a file edit."""
         from hippobot.agent.remember import remember_entry, remember_request
-        from hippobot.memory.history import HistorySource
 
         words = remember_request(self.redact(text))
         if words is None:
             return None
         try:
             entry = self.memory.append_history(
-                remember_entry(words), session_key=key, source=HistorySource(key, number, number + 1)
+                remember_entry(words, f"session {key}#{number}"), session_key=key
             )
         except Exception as exc:  # the reply stands; say what was not kept
             log.warning("could not keep the request to remember: %s", exc)
@@ -502,9 +507,14 @@ class Agent:
         from hippobot.recall.auto import AutoRecall
 
         conf = self.settings.config.recall
+        tokens_ = conf.auto_tokens if conf.auto else 0
+        if self.budget.enabled:  # it is replayed with the message: a small window gets less
+            tokens_ = min(tokens_, self.budget.input // _RECALL_BUDGET_DIVISOR)
+            if tokens_ < _RECALL_MIN_TOKENS:  # not one hit's worth: every turn would archive
+                tokens_ = 0
         return AutoRecall(
             self._recall_index,
-            max_tokens=conf.auto_tokens if conf.auto else 0,
+            max_tokens=tokens_,
             min_score=conf.auto_min_score,
             timeout_s=conf.auto_timeout_s,
             include_other_sessions=self.settings.defaults.see_other_sessions,

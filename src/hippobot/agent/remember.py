@@ -3,8 +3,8 @@
 When a user asks hippobot to keep something ("remember that I'm vegetarian", "don't forget
 my locker code is 4417", "note that…") and the model's turn wrote no memory file, the agent
 records the request itself, in the user's own words, as a pending ``[permanent]`` entry of
-``memory/history.jsonl`` (through the memory store's one history writer, with a source
-pointing at the message), and says so in one line.
+``memory/history.jsonl`` (through the memory store's one history writer, naming the message
+it quotes), and says so in one line.
 
 Why an archive entry and not a direct edit of a memory file: the entry is visible at once in
 every chat (Recent History shows other chats' durable lines), in ``hippobot memory history
@@ -86,6 +86,16 @@ def remember_request(text: str) -> str | None:
     return words if len(words) <= MAX_WORDS_CHARS else words[: MAX_WORDS_CHARS - 1].rstrip() + "…"
 
 
-def remember_entry(words: str) -> str:
-    """The history entry's content: one durable line in the user's own words."""
-    return f'- [permanent] The user asked to remember: "{" ".join(words.split())}"'
+def remember_entry(words: str, citation: str) -> str:
+    """The history entry's content: one durable line holding the user's own words and
+    nothing else (Dream's accounting checks that a memory file states its words), then an
+    untagged line naming the message it quotes (``session cli:direct#4``, which memory_get
+    opens).
+
+    The pointer is in the text, not in the entry's ``source``: a ``source`` range says which
+    messages an entry *summarises*, and the consolidator moves a session's archive pointer
+    past the newest such range after a crash, which would skip the messages before this one."""
+    return (
+        f"- [permanent] {' '.join(words.split())}\n"
+        f"  (the user's own words, asked to be remembered: {citation})"
+    )

@@ -102,6 +102,11 @@ class Shown:
     session_key: str
     system_text: str  # comparable form
     replayed: frozenset[int]
+    recalled: frozenset[str] = frozenset()  # citations replayed messages carry already
+
+    def recalled_before(self, citation: str) -> bool:
+        """Whether a replayed message's runtime context lists ``citation`` already."""
+        return citation in self.recalled
 
     def in_prompt(self, text: str) -> bool:
         """Whether the system prompt holds ``text`` (a search snippet: an excerpt may start
@@ -185,14 +190,22 @@ class PromptAssembler:
         message out, which is then merely not recalled this once."""
         registry = self.tools_for(session.key)
         system = self.system_prompt(session, registry.names(), next_user=next_user)
-        replayed = {id(m) for m in self.replay(session, system, registry.schemas())}
+        history = self.replay(session, system, registry.schemas())
+        replayed = {id(m) for m in history}
         start = session.replay_start
         numbers = frozenset(
             n for n, m in enumerate(session.messages[start:], start=start) if id(m) in replayed
         )
+        recalled = frozenset(
+            str(hit.get("citation"))
+            for m in history
+            if m.get("role") == "user" and isinstance(m.get("_recall"), dict)
+            for hit in m["_recall"].get("hits") or ()
+            if isinstance(hit, dict)
+        )
         if self._comparable[0] is not system.text:  # the memoised prompt: usually the same
             self._comparable = (system.text, _comparable(system.text))
-        return Shown(session.key, self._comparable[1], numbers)
+        return Shown(session.key, self._comparable[1], numbers, recalled)
 
     def replay(
         self, session: Session, system: SystemPrompt, schemas: list[dict[str, Any]]

@@ -16,7 +16,8 @@ What this module decides:
   ~0.1, and a workspace of a few messages scores every match low (BM25's idf needs many
   documents), which the low keyword bar also leaves room for.
 * **What is already shown** is left out: text the system prompt holds (memory files,
-  Recent History) and messages of this conversation the request replays.
+  Recent History), messages of this conversation the request replays, and hits recalled for
+  an earlier message that is replayed (its runtime context still lists them).
 * **The budget.** At most :data:`MAX_HITS` hits within ``recall.autoTokens``; each hit is one
   line, its text cut to a window around the match.
 * **Time.** The turn never waits long for it: a query vector not ready within half of
@@ -60,7 +61,7 @@ VECTOR_BAR = 0.05
 KEYWORD_BAR = 0.02
 MAX_HITS = 5
 _SEARCH_K = 12  # candidates above the bar, before what is already shown is left out
-_SNIPPET_CHARS = 400  # about 100 tokens: a message whole, a long entry around its match
+_SNIPPET_CHARS = 280  # about 70 tokens: a message whole, a long entry around its match
 
 
 class Shown(Protocol):
@@ -70,6 +71,8 @@ class Shown(Protocol):
     def in_prompt(self, text: str) -> bool: ...
 
     def replays(self, session_key: str | None, number: int) -> bool: ...
+
+    def recalled_before(self, citation: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,9 @@ class AutoRecall:
                 continue
             if hit.kind != "session" and shown.in_prompt(hit.snippet):
                 out.left_out.append((hit.citation, "in the system prompt"))
+                continue
+            if shown.recalled_before(hit.citation):
+                out.left_out.append((hit.citation, "recalled for an earlier message replayed"))
                 continue
             if len(out.hits) >= MAX_HITS:
                 out.left_out.append((hit.citation, "over the hit limit"))

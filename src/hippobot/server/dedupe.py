@@ -146,5 +146,6 @@ def _settle(entry: LedgerEntry, done: asyncio.Future[TurnResult]) -> None:
                 reply=run.reply, iterations=run.iterations, usage=run.usage,
                 total_usage=run.total_usage, finish_reason=run.finish_reason,
             )
-        slim.set_result(TurnResult(reply=result.reply, command=result.command, run=run))
+        slim.set_result(TurnResult(reply=result.reply, command=result.command, run=run,
+                                   remembered=result.remembered))  # fmt: skip
     entry.task = slim
