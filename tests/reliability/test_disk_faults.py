@@ -166,6 +166,9 @@ async def test_a_read_only_workspace_refuses_writes_clearly_then_recovers(small_
     for _ in range(4):
         await talk.turn()
     await talk.agent.jobs.drain()
+    # Recall before answering keeps the search index open for writing, and Linux refuses to
+    # remount a file system read-only under an open writer (a failing disk does not ask).
+    talk.agent.recall.close()
     before = {p: p.read_bytes() for p in small_disk.rglob("*") if p.is_file()}
     assert _run("mount", "-o", "remount,ro", str(small_disk))
     try:
@@ -184,6 +187,7 @@ async def test_a_read_only_workspace_can_still_be_read(small_disk, workspace_mod
     talk = Conversation(_agent(small_disk / "home", server.base_url))
     await talk.turn()
     reader = Agent(talk.agent.settings)  # a new process: nothing cached
+    talk.agent.recall.close()  # an open writer would keep the remount from happening
     assert _run("mount", "-o", "remount,ro", str(small_disk))
     try:
         session = reader.sessions.get("cli:direct")

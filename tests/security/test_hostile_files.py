@@ -186,7 +186,7 @@ def small_disk_workspace(workspace: Agent, tmp_path: Path) -> Iterator[Agent]:
 
 
 def _fill(directory: Path) -> None:
-    with open(directory / "filler", "wb") as fh:
+    with open(directory / "filler", "wb", buffering=0) as fh:  # a failed write raises here
         try:
             while True:
                 fh.write(b"\0" * 65536)
