@@ -107,3 +107,21 @@ def test_an_endpoint_that_dies_fails_its_questions_and_the_run_goes_on(
     before = len(scripted_model.requests)
     assert main(args) == 0
     assert len(scripted_model.requests) - before == 2
+
+
+def test_lifecycle_archives_every_session_and_dreams_before_the_questions(
+    tmp_path: Path, scripted_model: ScriptedModel, scripted_server: ScriptedServer
+) -> None:
+    data = write(tmp_path / "synth.json", conversations=1)
+    scripted_model.fallback = reader
+    out = tmp_path / "qa.json"
+    keep = tmp_path / "work"
+    args = ["--data", str(data), "--qa", "--endpoint", scripted_server.base_url, "--model", "scripted",
+            "--conversations", "1", "--questions", "2", "--embedder", "off", "--lifecycle",
+            "--keep", str(keep), "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    memory = keep / "synth-1" / "workspace" / "memory"
+    archived = [p.read_text() for p in memory.glob("history*.jsonl")]  # Dream moves what it read
+    assert sum(len(t.splitlines()) for t in archived) >= 3  # each of the three sessions archived
+    assert (keep / "synth-1" / "lifecycle-done").exists()
+    assert len(json.loads(out.read_text())["records"]) == 6
