@@ -39,8 +39,11 @@ async def test_a_claim_without_a_write_is_kept_and_said(
 
     # Every chat sees it at once (Recent History shows other chats' durable lines).
     scripted_model.reply("You are vegetarian.")
-    await agent.turn("telegram:9", "What do I eat?")
+    await agent.turn("telegram:9", "Am I vegetarian?")
     assert "I'm vegetarian" in scripted_model.requests[-1].messages[0]["content"]
+    # ... and recall before answering does not repeat the entry Recent History shows
+    marker = agent.sessions.get("telegram:9").messages[0]["_recall"]
+    assert {"citation": f"history#{entry.cursor}", "why": "in the system prompt"} in marker["left_out"]
 
 
 async def test_a_turn_that_wrote_the_memory_file_adds_nothing(

@@ -103,6 +103,12 @@ class Shown:
     system_text: str  # comparable form
     replayed: frozenset[int]
     recalled: frozenset[str] = frozenset()  # citations replayed messages carry already
+    history: frozenset[int] = frozenset()  # cursors of the entries Recent History shows
+
+    def shows_entry(self, cursor: int) -> bool:
+        """Whether Recent History shows history entry ``cursor`` (another chat's entry may
+        be shown by its durable lines only: what it holds besides is not worth recalling)."""
+        return cursor in self.history
 
     def recalled_before(self, citation: str) -> bool:
         """Whether a replayed message's runtime context lists ``citation`` already."""
@@ -190,6 +196,7 @@ class PromptAssembler:
         message out, which is then merely not recalled this once."""
         registry = self.tools_for(session.key)
         system = self.system_prompt(session, registry.names(), next_user=next_user)
+        entries = frozenset(int(e.cursor) for e in self.recent_history(session.key).entries)
         history = self.replay(session, system, registry.schemas())
         replayed = {id(m) for m in history}
         start = session.replay_start
@@ -205,7 +212,7 @@ class PromptAssembler:
         )
         if self._comparable[0] is not system.text:  # the memoised prompt: usually the same
             self._comparable = (system.text, _comparable(system.text))
-        return Shown(session.key, self._comparable[1], numbers, recalled)
+        return Shown(session.key, self._comparable[1], numbers, recalled, entries)
 
     def replay(
         self, session: Session, system: SystemPrompt, schemas: list[dict[str, Any]]

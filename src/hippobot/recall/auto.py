@@ -74,6 +74,8 @@ class Shown(Protocol):
 
     def recalled_before(self, citation: str) -> bool: ...
 
+    def shows_entry(self, cursor: int) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Recalled:
@@ -133,6 +135,11 @@ def format_recalled(hit: Hit) -> str:
 def _session_number(hit: Hit) -> int | None:
     number = hit.citation.rpartition("#")[2]
     return int(number) if hit.kind == "session" and number.isdigit() else None
+
+
+def _history_cursor(hit: Hit) -> int | None:
+    number = hit.citation.rpartition("#")[2]
+    return int(number) if hit.kind == "history" and number.isdigit() else None
 
 
 class AutoRecall:
@@ -216,7 +223,10 @@ class AutoRecall:
             if number is not None and shown.replays(hit.session_key, number):
                 out.left_out.append((hit.citation, "in this conversation"))
                 continue
-            if hit.kind != "session" and shown.in_prompt(hit.snippet):
+            cursor = _history_cursor(hit)
+            if (cursor is not None and shown.shows_entry(cursor)) or (
+                hit.kind != "session" and shown.in_prompt(hit.snippet)
+            ):
                 out.left_out.append((hit.citation, "in the system prompt"))
                 continue
             if shown.recalled_before(hit.citation):
