@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     qa.add_argument("--attempts", type=int, default=1, help="attempts per model request (default 1)")
     qa.add_argument("--context-window", type=int, default=8192, help="contextWindowTokens (default 8192)")
     qa.add_argument("--max-tokens", type=int, default=128, help="tokens per reply (default 128)")
+    qa.add_argument("--max-tool-iterations", type=int, default=4,
+                    help="agents.defaults.maxToolIterations of the run (default 4)")
     qa.add_argument("--results", type=Path, default=None,
                     help="JSONL of answered questions, read to resume (default: --out with .jsonl)")
     args = parser.parse_args(argv)

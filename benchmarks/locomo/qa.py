@@ -202,6 +202,7 @@ class QAOptions:
     attempts: int = 1
     context_window: int = 8192
     max_tokens: int = 128
+    max_tool_iterations: int = 4  # a small model looping on memory_get must not stall the run
     conditions: tuple[str, ...] = CONDITIONS
     lifecycle: bool = False
     judge: str | None = None
@@ -241,6 +242,7 @@ def _settings(home: Path, workspace: Path, opts: QAOptions, *, semantic: bool) -
     }
     settings = load_settings(env, workspace=workspace).with_defaults(
         context_window_tokens=opts.context_window, max_tokens=opts.max_tokens,
+        max_tool_iterations=opts.max_tool_iterations,
     )  # fmt: skip
     onboard(settings)
     return settings
@@ -550,7 +552,8 @@ def main_qa(args: Any, conversations: list[Conversation]) -> int:
     opts = QAOptions(
         endpoint=args.endpoint, model=args.model, api_key=args.api_key or "sk-locomo-not-needed",
         timeout=args.timeout, attempts=args.attempts, context_window=args.context_window,
-        max_tokens=args.max_tokens, lifecycle=args.lifecycle, judge=args.judge,
+        max_tokens=args.max_tokens, max_tool_iterations=args.max_tool_iterations,
+        lifecycle=args.lifecycle, judge=args.judge,
         judge_model=args.judge_model, embedder=args.embedder_obj, results=results,
         work=args.keep, progress=_log,
     )  # fmt: skip
