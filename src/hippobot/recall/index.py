@@ -373,6 +373,7 @@ class RecallIndex:
         semantic: bool = True,
         snippet_chars: int = 160,
         marks: bool = True,
+        max_terms: int | None = None,
     ) -> list[Hit]:
         """The ``k`` best matches for ``query``, best first, each with a calibrated
         ``score`` between 0 and 1 (see :mod:`~hippobot.recall.ranking`).
@@ -393,12 +394,16 @@ class RecallIndex:
         ``vector`` is the query's vector when the caller made it already
         (:meth:`embed_query`); ``semantic=False`` searches by keywords only even with an
         embedder (a caller that could not wait for the vector). ``snippet_chars`` is the
-        length of each snippet; ``marks=False`` leaves the matched words unmarked.
+        length of each snippet; ``marks=False`` leaves the matched words unmarked;
+        ``max_terms`` keeps only that many of the query's words, the longest (each word is
+        probed in every table, so a long message costs in proportion).
         """
         if scope not in _SCOPE_KINDS:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
         k = max(1, min(int(k), 50))
         parsed = parse_query(query)
+        if max_terms is not None:
+            parsed = parsed.longest(max(1, max_terms))
         if not parsed and (self._vectors is None or not query.strip()):
             return []
         # Embedding the query may wait on an endpoint: do it before taking the index lock.

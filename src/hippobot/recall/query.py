@@ -160,6 +160,14 @@ class ParsedQuery:
     def __bool__(self) -> bool:
         return bool(self.terms)
 
+    def longest(self, count: int) -> ParsedQuery:
+        """At most ``count`` terms, the longest (the rarer, as a rule), in their order: a
+        long message searched in bounded work."""
+        if len(self.terms) <= count:
+            return self
+        keep = sorted(range(len(self.terms)), key=lambda i: (-len(self.terms[i].text), i))[:count]
+        return ParsedQuery(tuple(self.terms[i] for i in sorted(keep)), self.only_stopwords)
+
 
 def _char_class(ch: str) -> int:
     """0 separator, 1 word character (unicode61: L*, N*, Co, M*), 2 unsegmented script."""
