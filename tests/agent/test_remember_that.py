@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hippobot.agent.agent import Agent
-from hippobot.agent.remember import remember_request
 from hippobot.loop.events import AgentEvent, Remembered
+from hippobot.memory.remember import remember_request
 from hippobot.testing import ScriptedModel
 from hippobot.testing.cli import run_cli
 from hippobot.testing.server import ScriptedServer
@@ -114,3 +114,24 @@ def test_one_shot_says_it_on_stderr_and_replies_on_stdout(
     assert done.returncode == 0, done.stderr
     assert done.stdout == "Noted, you're vegetarian.\n"
     assert 'kept in memory: "remember that I\'m vegetarian" (history#1; Dream files it)' in done.stderr
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Remember this: my locker code at work is 4417",
+        "Please keep in mind that I hate cilantro",
+        "N'oublie pas que mon vol part à 9 heures",
+        "Merk dir, meine Schwester heißt Mira",
+        "Do you remember my name",
+        "I remember that film from last year",
+    ],
+)
+def test_the_archive_keeps_a_request_to_remember_whenever_the_turn_would(said: str) -> None:
+    """One detector: what the turn keeps as "asked to be remembered", the consolidator's
+    stated facts keep as [permanent] (and neither treats a question or a memory as one)."""
+    from hippobot.lifecycle.stated_facts import stated_facts
+
+    facts = stated_facts([{"role": "user", "content": said}])
+    asked = remember_request(said) is not None
+    assert asked == any(f.kind == "permanent" for f in facts), (said, facts)

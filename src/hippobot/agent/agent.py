@@ -485,8 +485,8 @@ class Agent:
     def _keep_if_asked(self, key: str, text: str, number: int) -> str | None:
         """When ``text`` asks to keep something, a pending ``[permanent]`` history entry in
         the user's own words, pointing at message ``number``; one line saying so (or None).
-        See :mod:`hippobot.agent.remember` for why an entry rather than a file edit."""
-        from hippobot.agent.remember import remember_entry, remember_request
+        See :mod:`hippobot.memory.remember` for why an entry rather than a file edit."""
+        from hippobot.memory.remember import remember_entry, remember_request
 
         words = remember_request(self.redact(text))
         if words is None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
+from hippobot.memory.remember import asked_to_keep
 from hippobot.messages import Message, public_text
 
 __all__ = ["StatedFact", "stated_facts", "with_stated_facts"]
@@ -29,11 +30,6 @@ MAX_FACTS = 20  # per slice: a pasted document is not a list of facts about the 
 MAX_MESSAGE_CHARS = 1500  # longer user messages are documents, not statements
 MAX_SENTENCE_CHARS = 300
 
-_REMEMBER = re.compile(
-    r"^(?:please\s+)?(?:remember|don'?t forget|do not forget|never forget|note|keep in mind)"
-    r"(?:\s+(?:this|that|it))?\s*[:,\-–]?\s*(?:that\s+)?(?P<rest>.+)$",
-    re.I,
-)
 # Words that open a sentence without changing what it states.
 _OPENER = re.compile(
     r"^(?:(?:hi|hello|hey|oh|well|so|also|and|but|btw|by the way|actually|ok|okay|yes|"
@@ -161,9 +157,9 @@ def _statement(sentence: str) -> StatedFact | None:
         return None
     body = _OPENER.sub("", sentence).strip()
     kind = "durable"
-    asked = _REMEMBER.match(body)
+    asked = asked_to_keep(body)  # the one "remember that..." detector, as at turn time
     if asked:
-        kind, body = "permanent", asked.group("rest").strip()
+        kind, body = "permanent", asked
     body = _TOPIC.sub("", body)
     body = _OPENER.sub("", body).strip()
     if not body:

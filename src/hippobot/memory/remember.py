@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_WORDS_CHARS", "remember_entry", "remember_request"]
+__all__ = ["MAX_WORDS_CHARS", "asked_to_keep", "remember_entry", "remember_request"]
 
 MAX_WORDS_CHARS = 600  # what is kept of a long message: the request and what follows it
 
@@ -84,6 +84,24 @@ def remember_request(text: str) -> str | None:
         return flat
     words = flat[sentence_start:].strip()
     return words if len(words) <= MAX_WORDS_CHARS else words[: MAX_WORDS_CHARS - 1].rstrip() + "…"
+
+
+_SENTENCE_REQUEST = re.compile(rf"\s*{_LEADS}(?:{'|'.join(_TRIGGERS)})", re.IGNORECASE)
+_THAT = re.compile(r"^(?:that|this|it)?\s*[:,\-–]?\s*(?:that\s+)?", re.IGNORECASE)
+
+
+def asked_to_keep(sentence: str) -> str | None:
+    """What one sentence asks to keep, without the asking ("Remember this: my code is 4417"
+    -> "my code is 4417"), or ``None`` when the sentence is not such a request. The same
+    phrases as :func:`remember_request`; the consolidator's stated facts use it too."""
+    flat = sentence.strip()
+    if _NOT_A_REQUEST.match(flat):
+        return None
+    match = _SENTENCE_REQUEST.match(flat) or _CJK.match(flat)
+    if match is None:
+        return None
+    rest = _THAT.sub("", flat[match.end() :].lstrip(" ,:")).strip()
+    return rest or None
 
 
 def remember_entry(words: str, citation: str) -> str:
