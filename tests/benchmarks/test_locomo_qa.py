@@ -15,6 +15,7 @@ from benchmarks.locomo.qa import contains, locomo_f1, normalize_answer, select_q
 from benchmarks.locomo.synthetic import write
 
 from hippobot.testing import ScriptedModel
+from hippobot.testing.archivist import is_archive_request
 from hippobot.testing.scripted import RecordedRequest
 from hippobot.testing.server import ScriptedServer
 
@@ -113,7 +114,11 @@ def test_lifecycle_archives_every_session_and_dreams_before_the_questions(
     tmp_path: Path, scripted_model: ScriptedModel, scripted_server: ScriptedServer
 ) -> None:
     data = write(tmp_path / "synth.json", conversations=1)
-    scripted_model.fallback = reader
+
+    def archivist_or_reader(request: RecordedRequest) -> str:  # a summary answers an archive request
+        return "- [durable] the session was archived" if is_archive_request(request) else reader(request)
+
+    scripted_model.fallback = archivist_or_reader
     out = tmp_path / "qa.json"
     keep = tmp_path / "work"
     args = ["--data", str(data), "--qa", "--endpoint", scripted_server.base_url, "--model", "scripted",

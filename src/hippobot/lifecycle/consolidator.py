@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle import archive_retry
 from hippobot.lifecycle.slices import TurnGuard, pick_boundary
-from hippobot.lifecycle.stated_facts import stated_facts, with_stated_facts
+from hippobot.lifecycle.stated_facts import stated_facts, with_stated_facts, without_recalled
 from hippobot.lifecycle.summaries import SUMMARY_MAX_CHARS, ParsedSummary, raw_entry
 from hippobot.lifecycle.summary_request import Summariser
 from hippobot.locks import HeldLock, LockTimeout, acquire_async
@@ -286,7 +286,7 @@ class Consolidator:
             # an endpoint may echo the key it rejected; the reason goes into the archive
             parsed, failure = ParsedSummary(()), self.redact(str(exc))
         if failure is None:
-            parsed = with_stated_facts(parsed, stated)
+            parsed = with_stated_facts(without_recalled(parsed, chunk), stated)
             entry = None if parsed.nothing else await self._append(session, start, end, parsed.text, SUMMARY_MAX_CHARS)
             await self._advance(session, end)
             return SliceOutcome(start, end, entry)

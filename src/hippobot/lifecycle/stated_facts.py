@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
 from hippobot.memory.remember import asked_to_keep
-from hippobot.messages import Message, public_text
+from hippobot.messages import Message, content_text, public_text
 
-__all__ = ["StatedFact", "stated_facts", "with_stated_facts"]
+__all__ = ["StatedFact", "stated_facts", "with_stated_facts", "without_recalled"]
 
 MAX_FACTS = 20  # per slice: a pasted document is not a list of facts about the user
 MAX_MESSAGE_CHARS = 1500  # longer user messages are documents, not statements
@@ -219,3 +219,27 @@ def with_stated_facts(parsed: ParsedSummary, facts: Sequence[StatedFact]) -> Par
     if not lines:
         return parsed
     return ParsedSummary(tuple(lines), rejected=parsed.rejected)
+
+
+def without_recalled(parsed: ParsedSummary, messages: Sequence[Message]) -> ParsedSummary:
+    """``parsed`` without the durable lines that only repeat memory recalled for the slice's
+    messages (the runtime context of a user message carries the hits recall found): what
+    hippobot showed the model is not something the user said again, and a weak model's
+    summary that restates it would bring back a line the user undid, or count as a second
+    source. A line the conversation itself states (user, assistant or tool) stays."""
+    recalled = "\n".join(
+        content_text(m.get("content"))[len(public_text(m)) :] for m in messages if m.get("_runtime_context")
+    ).strip()
+    if not recalled:
+        return parsed
+    said = "\n".join(public_text(m) for m in messages)
+    kept = tuple(
+        line
+        for line in parsed.lines
+        if not any(
+            f.durable and states(recalled, f.text) and not states(said, f.text) for f in fact_lines(line)
+        )
+    )
+    if kept == parsed.lines:
+        return parsed
+    return ParsedSummary(kept, nothing=not kept, rejected=parsed.rejected)
