@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import pytest
 
+from hippobot.errors import ToolError
 from hippobot.tools import Tool, tool
 
 
@@ -130,3 +132,56 @@ def test_var_args_are_rejected():
 
     with pytest.raises(TypeError):
         Tool.from_function(splat)
+
+
+def test_the_types_inside_a_mapping_reach_the_model_and_are_checked():
+    def tally(counts: dict[str, int]) -> str:
+        """Add up named counts."""
+        return str(sum(counts.values()))
+
+    t = Tool.from_function(tally)
+    assert t.parameters["properties"]["counts"] == {
+        "type": "object",
+        "additionalProperties": {"type": "integer"},
+    }
+    assert t.arguments.parse('{"counts": {"a": 2, "b": 3.0}}') == {"counts": {"a": 2, "b": 3}}
+    with pytest.raises(ToolError) as refused:
+        t.arguments.parse('{"counts": {"a": 2, "b": "three"}}')
+    assert str(refused.value).startswith("argument 'counts' of tally is not valid at b:")
+
+
+def _every_schema(tmp_path):
+    from hippobot.recall.tools import recall_tools
+    from hippobot.tools import PathPolicy, exec_tool, file_tools
+
+    tools = [
+        *file_tools(PathPolicy(tmp_path)),
+        exec_tool(cwd=tmp_path),
+        *recall_tools(None, session_key="cli:direct"),  # type: ignore[arg-type]
+        Tool.from_function(search_notes),
+    ]
+    return [t.schema(compact=compact) for t in tools for compact in (False, True)]
+
+
+def test_the_schemas_the_model_reads_carry_nothing_it_does_not_need(tmp_path):
+    def walk(node, optional=False):
+        if isinstance(node, dict):
+            assert "title" not in node and "const" not in node and "$defs" not in node
+            assert node.get("default", 0) is not None  # no "default": null
+            if optional:  # null means "use the default": it is not advertised
+                assert "null" not in json.dumps(node)
+            props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+            for name, sub in props.items():
+                walk(sub, optional=name not in node.get("required", []))
+            for key, sub in node.items():
+                if key != "properties":
+                    walk(sub)
+        elif isinstance(node, list):
+            for sub in node:
+                walk(sub)
+
+    for schema in _every_schema(tmp_path):
+        parameters = schema["function"]["parameters"]
+        assert parameters["type"] == "object"
+        assert list(parameters)[:2] == ["type", "properties"]
+        walk(parameters)

@@ -4,7 +4,8 @@ A :class:`Tool` is a name, a description, a JSON schema of its parameters and th
 that does the work. :meth:`Tool.from_function` (and the :func:`tool` decorator) derive all
 three from an ordinary Python function: the name from ``__name__``, the description from
 the docstring's first paragraph, parameter descriptions from a Google-style ``Args:``
-section and the schema from the signature.
+section, and the schema and the argument validator from the signature's types, by pydantic
+(:mod:`hippobot.tools.arguments`).
 
 :class:`ToolRegistry` holds the tools the model may call. Invariants:
 
@@ -21,13 +22,12 @@ import asyncio
 import inspect
 import json
 import re
-import types
-import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 from hippobot.errors import ToolError
+from hippobot.tools.arguments import ToolArguments
 
 __all__ = [
     "Tool",
@@ -36,8 +36,6 @@ __all__ = [
     "first_sentence",
     "tool",
 ]
-
-_INVALID_JSON_PREVIEW = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +50,17 @@ class ToolResult:
 class Tool:
     """A function the model can call.
 
-    ``parameters`` is a JSON schema of type ``object``; ``fn`` is called with keyword
-    arguments that have been checked against it. ``fn`` may be sync (run in a worker
-    thread) or async, and may return a ``str``, a :class:`ToolResult`, ``None`` or any
-    JSON-serialisable value. It signals a failure the model should read by raising
-    :class:`~hippobot.errors.ToolError`.
+    ``arguments`` are its parameters: :attr:`parameters` is their JSON schema (type
+    ``object``), and ``fn`` is called with keyword arguments that passed their validator.
+    ``fn`` may be sync (run in a worker thread) or async, and may return a ``str``, a
+    :class:`ToolResult`, ``None`` or any JSON-serialisable value. It signals a failure the
+    model should read by raising :class:`~hippobot.errors.ToolError`.
     """
 
     name: str
     description: str
-    parameters: dict[str, Any]
     fn: Callable[..., Any]
+    arguments: ToolArguments
 
     @classmethod
     def from_function(
@@ -81,7 +79,12 @@ class Tool:
         text = description if description is not None else summary
         if not text:
             raise ValueError(f"tool {tool_name!r} needs a description (give it a docstring)")
-        return cls(tool_name, text, _parameters_schema(fn, arg_docs), fn)
+        return cls(tool_name, text, fn, ToolArguments(tool_name, fn, arg_docs))
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the parameters (read-only: tools with equal ones share it)."""
+        return self.arguments.schema
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (a decorated function stays usable)."""
@@ -90,8 +93,8 @@ class Tool:
     def schema(self, *, compact: bool = False) -> dict[str, Any]:
         """The OpenAI function-tool definition sent to the model. ``compact`` (small context
         windows): the description's first sentence and the required parameters, without
-        descriptions. Optional parameters are still accepted (arguments are checked against
-        the full schema), and the results that need one name it (read_file's "Read on with
+        descriptions. Optional parameters are still accepted (arguments are validated against
+        the full parameter list), and the results that need one name it (read_file's "Read on with
         offset=...", edit_file's "set replace_all")."""
         if not compact:
             return {
@@ -215,8 +218,7 @@ class ToolRegistry:
             available = ", ".join(self.names()) or "(none)"
             return _error(f"unknown tool {name!r}. Available tools: {available}")
         try:
-            args = _check_arguments(t, _decode_arguments(name, arguments))
-            return await t.invoke(args)
+            return await t.invoke(t.arguments.parse(arguments))
         except ToolError as exc:
             return _error(str(exc) or type(exc).__name__)
         except (Exception, SystemExit) as exc:
@@ -288,194 +290,3 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
         elif current is not None:
             args[current] = f"{args[current]} {stripped}".strip()
     return " ".join(summary), args
-
-
-# --- schema from a signature ------------------------------------------------------
-
-_SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
-_SKIPPED_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-
-
-def _parameters_schema(fn: Callable[..., Any], arg_docs: Mapping[str, str]) -> dict[str, Any]:
-    sig = inspect.signature(fn)
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception as exc:
-        raise TypeError(f"cannot resolve the annotations of {fn.__name__}: {exc}") from exc
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for pname, param in sig.parameters.items():
-        if param.kind in _SKIPPED_KINDS or param.kind is inspect.Parameter.POSITIONAL_ONLY:
-            raise TypeError(f"{fn.__name__}: tool parameters must be named (got {pname})")
-        schema, nullable = _type_schema(hints.get(pname, Any), f"{fn.__name__}.{pname}")
-        has_default = param.default is not inspect.Parameter.empty
-        if nullable and not has_default:
-            schema = _allow_null(schema)
-        if arg_docs.get(pname):
-            schema = {**schema, "description": arg_docs[pname]}
-        if has_default and isinstance(param.default, str | int | float | bool):
-            schema["default"] = param.default
-        if not has_default:
-            required.append(pname)
-        properties[pname] = schema
-    out: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
-    out["additionalProperties"] = False
-    return out
-
-
-def _type_schema(tp: Any, where: str) -> tuple[dict[str, Any], bool]:
-    """JSON schema for one annotation, and whether ``None`` is allowed."""
-    if tp is Any:
-        return {}, True
-    if tp in _SIMPLE:
-        return {"type": _SIMPLE[tp]}, False
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        members = [a for a in args if a is not type(None)]
-        nullable = len(members) < len(args)
-        schemas = [_type_schema(a, where)[0] for a in members]
-        return (schemas[0] if len(schemas) == 1 else {"anyOf": schemas}), nullable
-    if origin is Literal:
-        kinds = {_SIMPLE.get(type(a)) for a in args}
-        if None in kinds or len(kinds) != 1:
-            raise TypeError(f"{where}: Literal values must all be str, int, float or bool")
-        return {"type": kinds.pop(), "enum": list(args)}, False
-    if tp in (list, tuple) or origin in (list, tuple, Sequence):
-        items = _type_schema(args[0], where)[0] if args else {}
-        return ({"type": "array", "items": items} if items else {"type": "array"}), False
-    if tp is dict or origin in (dict, Mapping):
-        return {"type": "object"}, False
-    raise TypeError(f"{where}: unsupported annotation {tp!r} for a tool parameter")
-
-
-def _allow_null(schema: dict[str, Any]) -> dict[str, Any]:
-    if "type" in schema and isinstance(schema["type"], str) and "enum" not in schema:
-        return {**schema, "type": [schema["type"], "null"]}
-    if not schema:
-        return schema
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-# --- checking the model's arguments -----------------------------------------------
-
-
-def _decode_arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(arguments, Mapping):
-        return dict(arguments)
-    if not arguments.strip():
-        return {}
-    preview = arguments[:_INVALID_JSON_PREVIEW]
-    try:
-        value = json.loads(arguments)
-    except json.JSONDecodeError as exc:
-        raise ToolError(
-            f"arguments for {name} are not valid JSON ({exc.msg} at position {exc.pos}): {preview}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ToolError(
-            f"arguments for {name} are not valid JSON (expected an object, got "
-            f"{_json_type(value)}): {preview}"
-        )
-    return value
-
-
-def _check_arguments(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``args`` against the tool's schema; returns the (lightly coerced) kwargs.
-
-    ``null`` for an optional parameter means "use the default", as weaker models often
-    send every parameter.
-    """
-    props: dict[str, Any] = t.parameters.get("properties", {})
-    required: list[str] = t.parameters.get("required", [])
-    unknown = [k for k in args if k not in props]
-    if unknown and t.parameters.get("additionalProperties") is False:
-        accepted = ", ".join(props) or "none"
-        raise ToolError(
-            f"unknown argument(s) for {t.name}: {', '.join(unknown)} (accepted: {accepted})"
-        )
-    missing = [k for k in required if k not in args]
-    if missing:
-        raise ToolError(f"missing required argument(s) for {t.name}: {', '.join(missing)}")
-    out: dict[str, Any] = {}
-    for key, value in args.items():
-        if key not in props:
-            out[key] = value
-            continue
-        if value is None and key not in required:
-            continue
-        out[key] = _check_value(value, props[key], f"argument {key!r} of {t.name}")
-    return out
-
-
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
-
-
-def _check_value(value: Any, schema: Mapping[str, Any], where: str) -> Any:
-    if "anyOf" in schema:
-        for option in schema["anyOf"]:
-            try:
-                return _check_value(value, option, where)
-            except ToolError:
-                continue
-        raise ToolError(f"{where} has the wrong type ({_json_type(value)})")
-    if "type" in schema:
-        value = _check_type(value, schema["type"], where)
-    if "enum" in schema and value not in schema["enum"]:
-        options = ", ".join(json.dumps(v) for v in schema["enum"])
-        raise ToolError(f"{where} must be one of {options}, got {json.dumps(value)}")
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        value = [_check_value(v, schema["items"], f"{where} item") for v in value]
-    return value
-
-
-def _check_type(value: Any, expected: str | list[str], where: str) -> Any:
-    kinds = [expected] if isinstance(expected, str) else list(expected)
-    for kind in kinds:
-        if kind == "null" and value is None:
-            return None
-        if kind == "integer" and _is_number(value) and _is_whole(value):
-            return int(value)
-        if kind == "number" and _is_number(value):
-            return value
-        if kind in _PY_TYPES and isinstance(value, _PY_TYPES[kind]):
-            return value
-    wanted = " or ".join(kinds)
-    shown = json.dumps(value, ensure_ascii=False, default=str)[:80]
-    raise ToolError(f"{where} must be {_article(wanted)}, got {_json_type(value)} {shown}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_whole(value: int | float) -> bool:
-    return isinstance(value, int) or value.is_integer()
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _article(word: str) -> str:
-    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
