@@ -20,8 +20,20 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -60,6 +72,8 @@ __all__ = [
     "session_key",
     "sse_stream",
 ]
+
+_T = TypeVar("_T")
 
 # The name it had before this module was split out of app.py, so log filters keep working.
 log = logging.getLogger("hippobot.server.app")
@@ -175,26 +189,114 @@ def session_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
         raise ApiError(400, str(exc), param=exc.param) from None
 
 
+def _encodable(value: _T) -> _T:
+    """Text that cannot be encoded (a lone surrogate) is refused: stored, it would fail every
+    later turn of the session."""
+    problem = unencodable(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+_Encodable = AfterValidator(_encodable)
+_Name = Annotated[str, Field(min_length=1), _Encodable]
+
+
+class _TextPart(BaseModel):
+    type: Literal["text"]
+    text: Annotated[str, _Encodable]
+
+
+_Content = Annotated[str, _Encodable] | list[_TextPart] | None
+_CONTENT: TypeAdapter[_Content] = TypeAdapter(_Content, config=ConfigDict(strict=True))
+
+
+class ChatBody(BaseModel):
+    """The fields of a chat-completions body that hippobot reads; other fields are accepted
+    and ignored. Strict: ``"true"`` is not true and ``5.0`` is not a token count."""
+
+    model_config = ConfigDict(strict=True)
+
+    session_id: Annotated[Any, _Encodable] = None  # checked by identity.session_key
+    user: Annotated[Any, _Encodable] = None
+    # read where used (_role, _content_text): an entry that is not an object is passed over
+    messages: Annotated[list[Any], Field(min_length=1)]
+    model: _Name = MODEL_ID
+    stream: bool | None = None
+    n: Literal[1] | None = None
+    stream_options: Annotated[dict[str, Any] | None, BeforeValidator(lambda v: v or None)] = None
+    max_completion_tokens: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None  # ignored when max_completion_tokens is given
+    stop: _Name | Annotated[list[_Name], Field(min_length=1, max_length=4)] | None = None
+    response_format: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _newer_cap_wins(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("max_completion_tokens") is not None:
+            return {k: v for k, v in data.items() if k != "max_tokens"}
+        return data
+
+
+_INVALID = {
+    "messages": "'messages' must be a non-empty list of messages",
+    "model": "'model' must be a non-empty string",
+    "stream": "'stream' must be true or false",
+    "n": "'n' must be 1: hippobot gives one reply per turn",
+    "stream_options": "'stream_options' must be an object",
+    "max_completion_tokens": "'max_completion_tokens' must be a positive integer",
+    "max_tokens": "'max_tokens' must be a positive integer",
+    "stop": "'stop' must be a string or a list of 1 to 4 strings",
+}
+
+
+def _unencodable_text(errors: list[ErrorDetails], field: object = None) -> str | None:
+    """Why a text that failed (in ``field``) cannot be used, if that was the failure: a lone
+    surrogate, found by :func:`_encodable` or by pydantic itself for a constrained string."""
+    for error in errors:
+        text, kind = error["input"], error["type"]
+        if field in (None, error["loc"][0]) and kind in ("value_error", "string_unicode"):
+            return unencodable(text) if isinstance(text, str) else None
+    return None
+
+
+def _invalid(exc: ValidationError) -> ApiError:
+    """The 400 for the first field that failed."""
+    errors = exc.errors(include_url=False)
+    if not errors[0]["loc"]:
+        return ApiError(400, "the request body must be a JSON object")
+    field = str(errors[0]["loc"][0])
+    problem = _unencodable_text(errors, field)
+    if problem is not None:
+        return ApiError(400, f"'{field}' cannot be used: {problem}", param=f"'{field}'")
+    return ApiError(400, _INVALID[field], param=field)
+
+
 def _content_text(content: object, index: int) -> str:
     param = f"messages[{index}].content"
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    if not isinstance(content, list):
-        raise ApiError(400, f"{param} must be a string or a list of text parts", param=param)
-    parts: list[str] = []
-    for n, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            raise ApiError(
-                400,
-                f"{param}[{n}] is a {kind or type(part).__name__!r} part; hippobot serve "
-                "accepts text parts only",
-                param=param,
-            )
-        parts.append(part["text"])
-    return "\n".join(parts)
+    try:
+        value = _CONTENT.validate_python(content)
+    except ValidationError as exc:
+        raise ApiError(400, _content_problem(exc, content, param), param=param) from None
+    return "\n".join(p.text for p in value) if isinstance(value, list) else value or ""
+
+
+def _content_problem(exc: ValidationError, content: Any, param: str) -> str:
+    errors = exc.errors(include_url=False)
+    problem = _unencodable_text(errors)
+    if problem is not None:
+        return f"{param} cannot be used: {problem}"
+    parts = [e["loc"][1] for e in errors if len(e["loc"]) > 1]  # ("list[_TextPart]", n, ...)
+    if not parts:
+        return f"{param} must be a string or a list of text parts"
+    part = content[parts[0]]
+    kind = part.get("type") if isinstance(part, dict) else None
+    return (
+        f"{param}[{parts[0]}] is a {kind or type(part).__name__!r} part; hippobot serve "
+        "accepts text parts only"
+    )
 
 
 _OWN_TOOLS = (
@@ -202,56 +304,27 @@ _OWN_TOOLS = (
 )
 
 
-def _refuse_client_tools(body: Mapping[str, Any], messages: list[Any]) -> None:
+def _refuse_client_tools(body: ChatBody) -> None:
     """Client-side tool use cannot work through hippobot: say so instead of pretending."""
-    choice = body.get("tool_choice")
-    forced = choice == "required" or isinstance(choice, dict)
-    if body.get("tools") and forced:
+    choice = body.tool_choice
+    if body.tools and (choice == "required" or isinstance(choice, dict)):
         raise ApiError(
             400,
             f"'tool_choice' {json.dumps(choice)} asks for a call to one of your tools; "
             f"{_OWN_TOOLS}. Send the request without 'tools' (or with tool_choice 'auto').",
             param="tool_choice",
         )
-    last = messages[-1]
-    if isinstance(last, dict) and last.get("role") in ("tool", "function"):
+    role = _role(body.messages[-1])
+    if role in ("tool", "function"):
         raise ApiError(
             400,
-            f"the request ends with a {last.get('role')!r} message, a result for a tool call "
+            f"the request ends with a {role!r} message, a result for a tool call "
             f"hippobot never made: {_OWN_TOOLS}. End the request with a user message.",
-            param=f"messages[{len(messages) - 1}]",
+            param=f"messages[{len(body.messages) - 1}]",
         )
 
 
-def _max_tokens(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ApiError(400, f"'{name}' must be a positive integer", param=name)
-        return value
-    return None
-
-
-def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
-    value = body.get("stop")
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(items, list)
-        or not 1 <= len(items) <= 4
-        or not all(isinstance(s, str) and s for s in items)
-    ):
-        raise ApiError(400, "'stop' must be a string or a list of 1 to 4 strings", param="stop")
-    for item in items:
-        _valid_text(item, "'stop'")
-    return tuple(items)
-
-
-def _refuse_response_format(body: Mapping[str, Any]) -> None:
-    fmt = body.get("response_format")
+def _refuse_response_format(fmt: object) -> None:
     if fmt is None:
         return
     kind = fmt.get("type") if isinstance(fmt, dict) else None
@@ -265,65 +338,50 @@ def _refuse_response_format(body: Mapping[str, Any]) -> None:
         )
 
 
-def _valid_text(value: object, param: str) -> None:
-    """400 for text that cannot be encoded (a lone surrogate): stored, it would fail every
-    later turn of the session."""
-    problem = unencodable(value) if isinstance(value, str) else None
-    if problem is not None:
-        raise ApiError(400, f"{param} cannot be used: {problem}", param=param)
+def _role(message: object) -> object:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _newest_user_text(messages: list[Any]) -> str:
+    users = [i for i, m in enumerate(messages) if _role(m) == "user"]
+    if not users:
+        raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
+    text = _content_text(messages[users[-1]].get("content"), users[-1])
+    if not text.strip():
+        raise ApiError(400, "the newest user message is empty", param=f"messages[{users[-1]}]")
+    return text
+
+
+def _as_sent(messages: list[Any]) -> tuple[tuple[str, str], ...]:
+    """(role, text) of every message a stateless answer replays."""
+    return tuple(
+        (m["role"], _content_text(m.get("content"), i))
+        for i, m in enumerate(messages)
+        if _role(m) in ("system", "developer", "user", "assistant")
+    )
 
 
 def parse_chat_request(body: object, headers: Mapping[str, str]) -> ChatCall:
     """Validate a chat-completions body; raises :class:`ApiError` (400) saying what is wrong."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    for name in ("session_id", "user", "model"):
-        _valid_text(body.get(name), f"'{name}'")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list of messages", param="messages")
-    _refuse_client_tools(body, messages)
-    users = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"]
-    if not users:
-        raise ApiError(400, "'messages' has no message with role 'user'", param="messages")
-    index = users[-1]
-    text = _content_text(messages[index].get("content"), index)
-    _valid_text(text, f"messages[{index}].content")
-    if not text.strip():
-        raise ApiError(400, "the newest user message is empty", param=f"messages[{index}]")
-    model = body.get("model", MODEL_ID)
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "'model' must be a non-empty string", param="model")
-    stream = body.get("stream")
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise ApiError(400, "'stream' must be true or false", param="stream")
-    if body.get("n", 1) not in (1, None):
-        raise ApiError(400, "'n' must be 1: hippobot gives one reply per turn", param="n")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-    _refuse_response_format(body)
+    try:
+        request = ChatBody.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    _refuse_client_tools(request)
+    text = _newest_user_text(request.messages)
+    _refuse_response_format(request.response_format)
     stateless = identity.is_task_prompt(text, headers)
-    sent: tuple[tuple[str, str], ...] = ()
-    if stateless:
-        kept = []
-        for i, m in enumerate(messages):
-            if isinstance(m, dict) and m.get("role") in ("system", "developer", "user", "assistant"):
-                kept.append((str(m.get("role")), _content_text(m.get("content"), i)))
-                _valid_text(kept[-1][1], f"messages[{i}].content")
-        sent = tuple(kept)
+    stop = request.stop
     return ChatCall(
-        key="" if stateless else session_key(headers, body),
+        key="" if stateless else session_key(headers, cast(Mapping[str, Any], body)),
         text=text,
-        model=model,
-        stream=stream,
-        include_usage=bool(options.get("include_usage")),
-        max_tokens=_max_tokens(body),
-        stop=_stop(body),
+        model=request.model,
+        stream=bool(request.stream),
+        include_usage=bool((request.stream_options or {}).get("include_usage")),
+        max_tokens=request.max_completion_tokens or request.max_tokens,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
         stateless=stateless,
-        messages=sent,
+        messages=_as_sent(request.messages) if stateless else (),
     )
 
 
