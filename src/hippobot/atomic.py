@@ -1,7 +1,9 @@
 """Atomic file replacement: readers see the old file or the new one, whole, never a mix.
 
 The one way hippobot replaces a file: memory files, cursors, a compacted history, config,
-a new session file, files the model writes with its tools, files a version restore writes.
+the ``serve`` token, a new session file, files the model writes with its tools, files a
+version restore writes, Dream's staged copies, files the nanobot import brings, the
+endpoint holder note.
 ``hippobot.memory`` re-exports these names.
 """
 
@@ -29,27 +31,34 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None,
+                       durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
 
     A temp file in the same directory is written, fsynced, renamed over ``path`` and the
     directory fsynced. The file keeps the mode of the file it replaces (new files get the
-    usual umask-derived mode). On failure the temp file is removed, the old file is left
-    untouched and :class:`StorageError` is raised.
+    usual umask-derived mode), or gets ``mode`` when given (the temp file has it from the
+    start, so a private file is never readable by others, not even half-written). A link at
+    ``path`` is replaced, never written through. On failure the temp file is removed, the
+    old file is left untouched and :class:`StorageError` is raised.
+
+    ``durable=False`` skips the two fsyncs, for a hint that may be lost in a crash (never
+    for data): readers still see the old file or the new one, whole.
     """
     path = Path(path)
     directory = path.parent
     tmp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         try:
             _write_fully(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         try:
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.chmod(tmp, path.stat().st_mode & 0o7777 if mode is None else mode)
         except FileNotFoundError:
             pass
         os.replace(tmp, path)
@@ -63,7 +72,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
                 f"could not write {path}: {exc}; the previous file is unchanged"
             ) from exc
         raise
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def _write_fully(fd: int, data: bytes) -> None:
@@ -72,6 +82,7 @@ def _write_fully(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None,
+                      durable: bool = True) -> None:
     """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode, durable=durable)

@@ -105,6 +105,17 @@ def test_a_whole_nanobot_config_is_noted_once_per_change_in_one_short_line(tmp_p
     assert run_cli(["status"], home).stderr.count("not used by hippobot") == 1
 
 
+def test_a_home_where_the_note_cannot_be_recorded_still_runs_and_shows_it(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_bytes((FIXTURES / "nanobot-0.3.5" / "config.json").read_bytes())
+    (home / ".hippobot" / "config-noted").mkdir(parents=True)  # the record cannot be written
+    for _ in range(2):
+        out = run_cli(["status"], home)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr.count("not used by hippobot") == 1  # shown each time, never lost
+
+
 def test_nanobot_preset_and_provider_extras_are_known_and_collapsed(tmp_path):
     path = write(tmp_path / "config.json", {
         "modelPresets": {"a": {"model": "m", "reasoningEffort": "low"}, "b": {"model": "n", "reasoningEffort": None}},

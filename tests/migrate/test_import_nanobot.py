@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from hippobot.testing.cli import run_cli
+from hippobot.testing.cli import caller_env, run_cli
 
 from .conftest import FIXTURES, snapshot_tree
 
@@ -171,6 +175,35 @@ def test_the_imported_config_is_private_and_loads_without_warnings(nanobot_home,
     assert "workspace" not in data["agents"]["defaults"]
     out = run_cli(["sessions", "list"], hippobot_home)
     assert out.returncode == 0 and out.stderr == ""
+
+
+def _with_file_size_limit(limit: int) -> None:
+    """In the child: writes past ``limit`` bytes of a file fail (EFBIG), like a full quota."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_config_write_that_fails_midway_leaves_the_old_config_and_no_copy_of_the_keys(
+    nanobot_home, hippobot_home
+):
+    source = nanobot_home("0.3.5")
+    assert run_cli(["onboard"], hippobot_home).returncode == 0
+    config = hippobot_home / "config.json"
+    before, files = config.read_bytes(), sorted(hippobot_home.rglob("*"))
+    env = {**caller_env(), "HIPPOBOT_HOME": str(hippobot_home)}
+    # nanobot's config, as hippobot's, is 620 bytes: only its first 512 reach the disk.
+    out = subprocess.run([sys.executable, "-m", "hippobot", "import", "nanobot", str(source)],
+                         env=env, capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: _with_file_size_limit(512))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert config.read_bytes() == before  # the starter config, whole
+    assert sorted(hippobot_home.rglob("*")) == files  # no half-written copy beside it
+    assert not any(SECRET in p.read_text(errors="replace") for p in files if p.is_file())
+    assert out.stderr.startswith(f"error: could not write {config}")
+
+    again = run_cli(["import", "nanobot", str(source)], hippobot_home)  # the disk has room again
+    assert again.returncode == 0, again.stderr
+    assert json.loads(config.read_text())["providers"]["custom"]["apiKey"] == SECRET
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])

@@ -26,7 +26,7 @@ from hippobot.atomic import atomic_write_text
 from hippobot.config.keys import KeyReport, brief_paths, drop_nulls, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import AgentDefaults, Config, ProviderConfig, reply_tokens
-from hippobot.errors import ConfigError, NoModelConfiguredError, UserError
+from hippobot.errors import ConfigError, NoModelConfiguredError, StorageError, UserError
 
 __all__ = [
     "KNOWN_ENDPOINTS",
@@ -187,6 +187,12 @@ def load_config(path: Path) -> tuple[Config, list[str]]:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the config file ({exc})", path=str(path)) from exc
+    return parse_config(raw, path)
+
+
+def parse_config(raw: str, path: Path) -> tuple[Config, list[str]]:
+    """:func:`load_config` of the text ``raw``, as if read from ``path`` (the path names the
+    file in messages and places a preset's relative paths)."""
     text = strip_json_comments(raw)
     if not text.strip():
         return Config(), []
@@ -404,7 +410,7 @@ def _show_once(home: Path, config_path: Path) -> bool:
     try:
         noted.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(noted, digest + "\n")
-    except OSError:
+    except (OSError, StorageError):
         pass
     return True
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hippobot.atomic import atomic_write_text
 from hippobot.factmatch import find_statement, same_line
 from hippobot.lifecycle.dream_apply import LEARNED_HEADING
 from hippobot.lifecycle.dream_findings import parse_finding
@@ -141,8 +142,7 @@ def apply_edits(root: Path, edits: Iterable[TextEdit]) -> list[str]:
         updated = _append(current, edit.new) if not edit.old else _replace(current, edit.old, edit.new)
         if updated is None or updated == current:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(updated, encoding="utf-8")
+        atomic_write_text(path, updated)  # as every staged copy: whole, or as it was
         done.append(f"{edit.file}: {'added' if not edit.old else 'removed' if not edit.new else 'replaced'} "
                     f"{(edit.new or edit.old).splitlines()[0][:60]}")
     return done

@@ -47,10 +47,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from hippobot.atomic import atomic_write_text
+from hippobot.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.config import Settings
 from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_keys
-from hippobot.config.loader import load_config, strip_json_comments
+from hippobot.config.loader import parse_config, strip_json_comments
 from hippobot.config.schema import Config
 from hippobot.errors import ConfigError, UserError
 from hippobot.locks import locked
@@ -210,18 +210,13 @@ def _import_config(home: NanobotHome, settings: Settings, report: ImportReport) 
         return
     if target.exists() and target.read_bytes() == _dumps(mapped):
         return
-    settings.home.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(".config.json.import")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(_dumps(mapped))
-    try:
-        config, _warnings = load_config(temp)
+    data = _dumps(mapped)
+    try:  # checked before it is written: a config that does not load is never installed
+        config, _warnings = parse_config(data.decode("utf-8"), target)
     except ConfigError as exc:
-        temp.unlink()
         report.skipped.append(f"config.json (nanobot's values do not work here: {exc})")
         return
-    os.replace(temp, target)
+    atomic_write_bytes(target, data, mode=0o600)  # it carries the API keys
     keys = sum(1 for p in config.providers.values() if p.api_key)
     d = config.agents.defaults
     report.brought.append(
@@ -253,10 +248,8 @@ def _template_bytes(name: str) -> bytes:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.import")
-    temp.write_bytes(data)
-    os.replace(temp, path)
+    """Replace hippobot's copy whole: a failure leaves the previous file as it was."""
+    atomic_write_bytes(path, data)
 
 
 def _theirs(src: Path, within: Path, label: str, report: ImportReport) -> bytes | None:

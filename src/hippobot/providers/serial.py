@@ -40,6 +40,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
+from hippobot.atomic import atomic_write_text
+from hippobot.errors import StorageError
 from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.providers.base import ChatRequest, Provider, Queued, Started, StreamEvent
 from hippobot.providers.endpoints import is_local
@@ -175,13 +177,10 @@ class EndpointGate:
 
 
 def _write_note(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:  # only a display hint: a full disk must not fail the request
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    # Only a display hint, written before every request: not worth two fsyncs, and a full
+    # disk must not fail the request.
+    with contextlib.suppress(StorageError):
+        atomic_write_text(path, text, durable=False)
 
 
 def _read_note(path: Path) -> dict[str, object]:

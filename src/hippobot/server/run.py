@@ -24,7 +24,6 @@ background jobs.
 from __future__ import annotations
 
 import ipaddress
-import os
 import secrets
 import socket
 import stat
@@ -34,7 +33,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import uvicorn
 
-from hippobot.errors import UserError
+from hippobot.atomic import atomic_write_text
+from hippobot.errors import StorageError, UserError
 from hippobot.server.app import create_app
 from hippobot.server.connections import connection_limit, guarded_protocol, raise_fd_limit
 from hippobot.server.security import WebPolicy
@@ -92,16 +92,12 @@ def install_token(home: Path) -> str:
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     token = secrets.token_urlsafe(32)
-    home.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(token + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write the serve token to {path}: {exc.strerror or exc}") from None
+    try:  # private from its first byte; a link at the path is replaced, never followed
+        atomic_write_text(path, token + "\n", mode=0o600)
+    except StorageError as exc:
+        cause = exc.__cause__
+        why = getattr(cause, "strerror", None) or cause or exc
+        raise UserError(f"cannot write the serve token to {path}: {why}") from None
     return token
 
 
