@@ -31,6 +31,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from hippobot.workspace import PROTECTED_DIRS
+
 __all__ = [
     "PROTECTED_NAMES",
     "LinkOutside",
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 #: Folders a link may never lead into: version history and its settings, hippobot's state.
-PROTECTED_NAMES = (".git", ".hippobot")
+PROTECTED_NAMES = PROTECTED_DIRS
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

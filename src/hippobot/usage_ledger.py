@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from hippobot.workspace import Workspace
+
 __all__ = ["JOBS", "LEDGER_FORMAT", "UsageLedger", "UsageRecord", "UsageRow", "UsageTotals", "format_table", "summarise"]
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class UsageLedger:
 
     @classmethod
     def for_workspace(cls, workspace: Path) -> UsageLedger:
-        return cls(workspace / ".hippobot" / "usage.jsonl")
+        return cls(Workspace(workspace).usage_ledger)
 
     def record(self, rec: UsageRecord) -> None:
         """Append one line (a single ``write`` on an ``O_APPEND`` file: processes don't interleave).

@@ -47,7 +47,7 @@ from hippobot.recall.tools import format_hits as format_hits
 from hippobot.recall.tools import hits_to_json as hits_to_json
 from hippobot.session.keys import validate_key
 from hippobot.usage_ledger import format_table as format_table
-from hippobot.workspace import MEMORY_FILES
+from hippobot.workspace import MEMORY_FILES, MEMORY_MD, SOUL_MD, USER_MD, VERSIONED_FILES
 
 if TYPE_CHECKING:
     from hippobot.agent.inspect import ContextReport, StatusReport
@@ -235,8 +235,7 @@ class Api:
     def memory_files(self) -> dict[str, str]:
         """SOUL.md, USER.md and memory/MEMORY.md as they are now ("" when missing)."""
         memory = self._read().memory
-        read = {"SOUL.md": memory.read_soul, "USER.md": memory.read_user,
-                "memory/MEMORY.md": memory.read_memory}
+        read = {SOUL_MD: memory.read_soul, USER_MD: memory.read_user, MEMORY_MD: memory.read_memory}
         return {name: read[name]() for name in MEMORY_FILES}
 
     def history(
@@ -263,7 +262,7 @@ class Api:
 
     def prompt_files(self) -> dict[str, str]:
         """The other versioned files that shape the prompt (AGENTS.md, skills/, prompts/)."""
-        shown_elsewhere = {*MEMORY_FILES, "memory/.dream_cursor", ".gitignore"}
+        shown_elsewhere = set(VERSIONED_FILES)  # the memory files, the cursor, .gitignore
         files = self._read().git.working_files()
         return {rel: data.decode("utf-8", "replace") for rel, data in sorted(files.items())
                 if rel not in shown_elsewhere}

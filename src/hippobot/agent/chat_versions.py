@@ -70,7 +70,7 @@ class ChatVersions:
         }
         folder = self.paths.pending_versions
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{time.time_ns():020d}-{os.getpid()}.json"
+        path = self.paths.pending_version(f"{time.time_ns():020d}-{os.getpid()}")
         atomic_write_bytes(path, json.dumps(record).encode())
         return path
 
@@ -98,7 +98,7 @@ class ChatVersions:
 
     def pending(self) -> list[Path]:
         try:
-            return sorted(self.paths.pending_versions.glob("*.json"))
+            return sorted(self.paths.pending_versions.glob(self.paths.pending_version("*").name))
         except OSError:
             return []
 

@@ -42,6 +42,7 @@ import httpx
 
 from hippobot.config.loader import NANOBOT_NOTE
 from hippobot.errors import ConfigError, HippobotError, ProviderError, UserError
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.config import ModelTarget, Settings
@@ -559,12 +560,12 @@ def _versions(workspace: Path) -> Check:
     broken = git.broken_reason
     if broken is not None:
         return Check("versions", "fail", broken.split("; move it aside")[0],
-                     f"move {workspace / '.git'} aside: hippobot starts a new history")
+                     f"move {Workspace(workspace).git_dir} aside: hippobot starts a new history")
     try:
         commits, objects = _fsck(workspace)
     except Exception as exc:  # any unreadable object is the finding, whatever dulwich raised
         return Check("versions", "fail", f"the memory history is damaged: {type(exc).__name__}: {exc}",
-                     f"move {workspace / '.git'} aside (hippobot starts a new history), or repair it with git fsck")
+                     f"move {Workspace(workspace).git_dir} aside (hippobot starts a new history), or repair it with git fsck")
     return Check("versions", "ok", f"memory history healthy: {commits} commit(s), {objects} objects read",
                  data={"commits": commits, "objects": objects})
 

@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 from hippobot.context import tokens
 from hippobot.context.budget import BudgetSplit
 from hippobot.context.builder import SystemPrompt
-from hippobot.context.loader import BOOTSTRAP_FILES
 from hippobot.messages import Message
+from hippobot.workspace import BOOTSTRAP_FILES, MEMORY_MD
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import Agent
 
 __all__ = ["ContextReport", "StatusReport", "context_report", "status_report"]
+
+_MEMORY_ROW = MEMORY_MD.rsplit("/", 1)[-1]  # "MEMORY.md", as the prompt heading names it
 
 
 @dataclass(slots=True)
@@ -185,7 +187,7 @@ def _sources(agent: Agent, system: SystemPrompt) -> list[SourceRow]:
         if name == "bootstrap":
             rows += _bootstrap_rows(sent)
         elif name == "memory":
-            rows.append(SourceRow("MEMORY.md", "file", tokens.count_text(text)))
+            rows.append(SourceRow(_MEMORY_ROW, "file", tokens.count_text(text)))
         elif name == "active_skills":
             for block in _blocks(text.split("\n\n", 1)[-1], "## "):
                 title = block.split("\n", 1)[0].removeprefix("## ").strip()
@@ -209,7 +211,7 @@ def _sources(agent: Agent, system: SystemPrompt) -> list[SourceRow]:
         rows[1:1] = _bootstrap_rows(sent)
     if system.section("memory") is None:
         at = max(i for i, r in enumerate(rows) if r.kind == "file") + 1
-        rows.insert(at, SourceRow("MEMORY.md", "file", 0, "not sent: empty or untouched template"))
+        rows.insert(at, SourceRow(_MEMORY_ROW, "file", 0, "not sent: empty or untouched template"))
     return rows
 
 

@@ -12,7 +12,7 @@ from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
 from hippobot.tools.sandbox import Sandbox
 from hippobot.tools.shell import exec_tool
-from hippobot.workspace import Workspace
+from hippobot.workspace import MEMORY_DIR, Workspace
 
 if TYPE_CHECKING:
     from hippobot.config import Settings
@@ -35,7 +35,7 @@ def _memory_redactor(
             rel = path.relative_to(root).as_posix()
         except ValueError:
             return text
-        if not (store_path(rel) or rel.startswith("memory/")):
+        if not (store_path(rel) or rel.startswith(f"{MEMORY_DIR}/")):
             return text
         return redact_secrets(redact_exact(text, secrets))
 

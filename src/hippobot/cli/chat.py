@@ -31,6 +31,7 @@ from hippobot.loop.events import (
     ToolFinished,
     ToolStarted,
 )
+from hippobot.workspace import Home
 
 if TYPE_CHECKING:
     from hippobot.agent.agent import TurnResult
@@ -354,7 +355,7 @@ async def interactive(api: Api, key: str) -> int:
 
     home = api.settings.home
     home.mkdir(parents=True, exist_ok=True)
-    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home / ".input_history")))
+    prompt: PromptSession[str] = PromptSession(history=FileHistory(str(Home(home).input_history)))
     printer = _Printer(
         sys.stdout, sys.stderr, stream=True, color=True, markdown=_Markdown(sys.stdout),
         progress=_Progress(sys.stderr, enabled=sys.stderr.isatty()),

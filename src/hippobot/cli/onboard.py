@@ -16,12 +16,20 @@ from pathlib import Path
 from hippobot.atomic import atomic_write_text
 from hippobot.config import Settings
 from hippobot.config.loader import strip_json_comments
+from hippobot.workspace import (
+    CONFIG_FILE,
+    MEMORY_DIR,
+    SESSIONS_DIR,
+    SKILLS_DIR,
+    TEMPLATE_FILES,
+    Workspace,
+)
 
 __all__ = ["OnboardResult", "ensure_workspace", "onboard", "record_workspace"]
 
 log = logging.getLogger(__name__)
 
-WORKSPACE_TEMPLATES = ("AGENTS.md", "SOUL.md", "USER.md", "memory/MEMORY.md")
+WORKSPACE_TEMPLATES = TEMPLATE_FILES
 
 
 @dataclass(slots=True)
@@ -55,11 +63,11 @@ def ensure_workspace(
     an existing one to check it costs ~0.1 s before every one-shot reply, and the commits
     that need it check it anyway."""
     result = result or OnboardResult()
-    for sub in ("memory", "sessions", "skills"):
+    for sub in (MEMORY_DIR, SESSIONS_DIR, SKILLS_DIR):
         (workspace / sub).mkdir(parents=True, exist_ok=True)
     for name in WORKSPACE_TEMPLATES:
         _write_if_missing(workspace / name, _template(name), result)
-    if not check_history and os.path.lexists(workspace / ".git"):
+    if not check_history and os.path.lexists(Workspace(workspace).git_dir):
         return result
     from hippobot.memory.gitstore import GitStore
 
@@ -116,7 +124,7 @@ def onboard(settings: Settings, *, record: bool = False) -> OnboardResult:
     """``record``: make ``settings.workspace`` the default in config.json (``onboard -w``)."""
     result = OnboardResult()
     settings.home.mkdir(parents=True, exist_ok=True)
-    _write_if_missing(settings.config_path, _template("config.json"), result)
+    _write_if_missing(settings.config_path, _template(CONFIG_FILE), result)
     ensure_workspace(settings.workspace, result)
     if record:
         result.recorded = record_workspace(settings.config_path, settings.workspace)

@@ -27,6 +27,7 @@ from hippobot.config.keys import KeyReport, brief_paths, drop_nulls, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import AgentDefaults, Config, ProviderConfig, reply_tokens
 from hippobot.errors import ConfigError, NoModelConfiguredError, StorageError, UserError
+from hippobot.workspace import SESSION_SUFFIX, Home, NanobotFiles
 
 __all__ = [
     "KNOWN_ENDPOINTS",
@@ -54,7 +55,6 @@ _LOCAL_PROVIDERS = {"ollama", "vllm", "llamacpp"}
 NANOBOT_NOTE = "nanobot settings not used by hippobot"
 """How the warning about a copied nanobot file's unused settings starts (shown once per
 version of the file: :func:`_show_once`)."""
-_NOTED = Path(".hippobot") / "config-noted"  # under the home: the digest of the file last noted
 _LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?(/|$)")
 
 
@@ -128,7 +128,7 @@ class Settings:
 
 def _serve_token(home: Path) -> list[str]:
     """The token ``hippobot serve`` made for this install (``<home>/serve-token``), if any."""
-    path = home / "serve-token"
+    path = Home(home).serve_token
     try:
         info = path.lstat()
         if stat.S_ISREG(info.st_mode) and info.st_size < 1024:
@@ -343,8 +343,8 @@ def load_settings(
 ) -> Settings:
     """Resolve home, workspace and config with the SPEC 2 precedence."""
     env = dict(os.environ if env is None else env)
-    home = Path(env.get("HIPPOBOT_HOME") or Path.home() / ".hippobot").expanduser()
-    config_path = home / "config.json"
+    home = Path(env.get("HIPPOBOT_HOME") or Home.default()).expanduser()
+    config_path = Home(home).config
     config, warnings = load_config(config_path)
     for w in warnings:
         if NANOBOT_NOTE not in w:
@@ -356,12 +356,12 @@ def load_settings(
         workspace
         or env.get("HIPPOBOT_WORKSPACE")
         or config.agents.defaults.workspace
-        or home / "workspace"
+        or Home(home).default_workspace
     )
     ws_path = Path(ws).expanduser()
     nanobot: Path | None = None
     if is_nanobot_workspace(ws_path):  # read in, never written: hippobot works in its own
-        nanobot, ws_path = ws_path.resolve(), home / "workspace"
+        nanobot, ws_path = ws_path.resolve(), Home(home).default_workspace
     if ws_path.exists() and not ws_path.is_dir():
         raise UserError(f"workspace {ws_path} is not a directory: pass --workspace DIR")
     flags = {k: v for k, v in {"model": model, "provider": provider}.items() if v}
@@ -382,13 +382,14 @@ def is_nanobot_workspace(path: Path) -> bool:
     ``.nanobot``, or one holding nanobot's marks (``.nanobot/``, ``HEARTBEAT.md``, or a
     session file directly in ``sessions/``, where hippobot never puts one). A few ``stat``
     calls and one directory listing."""
-    if ".nanobot" in path.parts:
+    if NanobotFiles.DIR in path.parts:
         return True
+    folder, heartbeat = NanobotFiles.workspace_marks(path)
     try:
-        if (path / ".nanobot").is_dir() or (path / "HEARTBEAT.md").is_file():
+        if folder.is_dir() or heartbeat.is_file():
             return True
-        sessions = path / "sessions"
-        return sessions.is_dir() and any(p.is_file() for p in sessions.glob("*.jsonl"))
+        sessions = NanobotFiles.legacy_sessions(path)
+        return sessions.is_dir() and any(p.is_file() for p in sessions.glob(f"*{SESSION_SUFFIX}"))
     except OSError:
         return False
 
@@ -401,7 +402,7 @@ def _show_once(home: Path, config_path: Path) -> bool:
         digest = hashlib.sha256(config_path.read_bytes()).hexdigest()
     except OSError:
         return True
-    noted = home / _NOTED
+    noted = Home(home).config_noted
     try:
         if noted.read_text(encoding="ascii").strip() == digest:
             return False

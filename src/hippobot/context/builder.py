@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hippobot.context.loader import MEMORY_FILE, WorkspaceFiles
+from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.memory_select import select_memory, split_budget
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
 from hippobot.prompts import render
+from hippobot.workspace import AGENTS_MD, HISTORY, MEMORY_MD, SKILLS_DIR, SOUL_MD, USER_MD
 
 __all__ = [
     "SECTION_SEPARATOR",
@@ -152,13 +153,13 @@ def _identity(inputs: PromptInputs) -> str:
         "identity_compact.md" if inputs.compact else "identity.md",
         model_line=f" You are running on the model {inputs.model}." if inputs.model else "",
         work_dir=str(inputs.project or ws),
-        agents=_shown(profile_root / "AGENTS.md", inputs),
-        soul=_shown(profile_root / "SOUL.md", inputs),
-        user=_shown(profile_root / "USER.md", inputs),
-        memory_file=_shown(ws / MEMORY_FILE, inputs),
-        history_file=_shown(ws / "memory" / "history.jsonl", inputs),
+        agents=_shown(profile_root / AGENTS_MD, inputs),
+        soul=_shown(profile_root / SOUL_MD, inputs),
+        user=_shown(profile_root / USER_MD, inputs),
+        memory_file=_shown(ws / MEMORY_MD, inputs),
+        history_file=_shown(ws / HISTORY, inputs),
         history_hint=_history_hint(inputs.tool_names, inputs.compact),
-        skills_dir=_shown(ws / "skills", inputs),
+        skills_dir=_shown(ws / SKILLS_DIR, inputs),
         format_hint=f"\n- {hint}" if hint else "",
     ).strip()
 
@@ -353,8 +354,8 @@ class ContextBuilder:
         """USER.md and MEMORY.md within :attr:`memory_budget`, most relevant items first."""
         if self.memory_budget <= 0:
             return bootstrap, memory
-        user = self.files.whole("USER.md") if any(n == "USER.md" for n, _ in bootstrap) else None
-        whole_memory = self.files.whole(MEMORY_FILE) if memory is not None else None
+        user = self.files.whole(USER_MD) if any(n == USER_MD for n, _ in bootstrap) else None
+        whole_memory = self.files.whole(MEMORY_MD) if memory is not None else None
         key = (user, whole_memory, anchor, self.memory_budget)
         hit = self._fitted.get(key)
         if hit is None:
@@ -372,12 +373,12 @@ class ContextBuilder:
                         count_tokens=count_text,
                     ).text
 
-                hit = (fit(user, user_budget, "USER.md"), fit(whole_memory, memory_budget, MEMORY_FILE))
+                hit = (fit(user, user_budget, USER_MD), fit(whole_memory, memory_budget, MEMORY_MD))
             self._fitted[key] = hit
             if len(self._fitted) > 32:
                 self._fitted.popitem(last=False)
         new_user, new_memory = hit
-        fitted = [(n, new_user if n == "USER.md" and new_user is not None else t) for n, t in bootstrap]
+        fitted = [(n, new_user if n == USER_MD and new_user is not None else t) for n, t in bootstrap]
         return fitted, new_memory
 
     def inputs(

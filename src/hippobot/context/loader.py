@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from hippobot.safeio import read_regular
+from hippobot.workspace import BOOTSTRAP_FILES, MEMORY_MD
 
 __all__ = [
     "BOOTSTRAP_FILES",
@@ -44,8 +45,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
-MEMORY_FILE = "memory/MEMORY.md"
+MEMORY_FILE = MEMORY_MD
 RACY_WINDOW_NS = 2_000_000_000  # covers coarse (1-2 s) mtime clocks too
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from hippobot.context.loader import RACY_WINDOW_NS, FileCache, FileText
+from hippobot.workspace import Workspace
 
 __all__ = ["SKILL_FILE", "Skill", "SkillsIndex", "builtin_skills_dir", "parse_skill"]
 
@@ -165,7 +166,7 @@ class SkillsIndex:
         self._roots: list[tuple[Path, bool]] = []
         if builtin:
             self._roots.append((builtin_dir or builtin_skills_dir(), True))
-        self._roots.append((self.workspace / "skills", False))  # later roots override
+        self._roots.append((Workspace(self.workspace).skills_dir, False))  # later roots override
         self._env = env
         self._which = which
         self._files = cache or FileCache(max_chars=max_skill_chars)

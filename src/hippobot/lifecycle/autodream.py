@@ -29,6 +29,7 @@ from typing import TypeVar
 from hippobot.context.tokens import count_text, estimate_text
 from hippobot.memory.facts import fact_lines
 from hippobot.memory.store import MemoryStore
+from hippobot.workspace import Workspace
 
 __all__ = ["DUE_SHARE", "SCAN_SECONDS", "dream_due", "dream_if_due", "spawn_background_dream"]
 
@@ -63,7 +64,7 @@ RETRY_AFTER_S = 1800.0
 
 def _recently_held(workspace: Path, now: float | None = None) -> bool:
     try:
-        mtime = (workspace / ".hippobot" / "dream" / "pending.json").stat().st_mtime
+        mtime = Workspace(workspace).dream_pending.stat().st_mtime
     except OSError:
         return False
     return (now if now is not None else time.time()) - mtime < RETRY_AFTER_S
@@ -108,7 +109,7 @@ def spawn_background_dream(workspace: Path, log_path: Path | None = None) -> int
     environment (so the same model settings apply) and writes its log next to Dream's
     state. A failure to start is logged, never raised: the next start tries again.
     """
-    log_path = log_path or workspace / ".hippobot" / "dream" / "background.log"
+    log_path = log_path or Workspace(workspace).dream_log
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as err:

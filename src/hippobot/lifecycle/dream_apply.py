@@ -39,6 +39,7 @@ from hippobot.factmatch import (
     stem,
 )
 from hippobot.lifecycle.dream_findings import Finding
+from hippobot.workspace import MEMORY_MD
 
 __all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
 
@@ -218,7 +219,7 @@ def _add(out: Placement, finding: Finding) -> None:
         if not edits:
             out.skipped.append(f"{finding.text!r} is already stated ({present})")
         return
-    file = finding.file or "memory/MEMORY.md"
+    file = finding.file or MEMORY_MD
     filled = _fill_field(out.files.get(file, ""), finding.text)
     if filled is not None:
         out.files[file] = filled

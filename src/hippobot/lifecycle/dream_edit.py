@@ -21,7 +21,7 @@ from hippobot.lifecycle.dream_result import EditStats
 from hippobot.loop.runner import Runner
 from hippobot.messages import Message
 from hippobot.prompts import render
-from hippobot.workspace import MEMORY_FILES
+from hippobot.workspace import MEMORY_FILES, MEMORY_MD, SOUL_MD, USER_MD
 
 __all__ = ["edit_staged"]
 
@@ -51,8 +51,8 @@ async def edit_staged(
     )
     prompt = render(
         "dream_phase2.md", guide=guide, findings="\n".join(findings) or "(none)",
-        soul=show_file(files["SOUL.md"]), user=show_file(files["USER.md"]),
-        memory=show_file(files["memory/MEMORY.md"]),
+        soul=show_file(files[SOUL_MD]), user=show_file(files[USER_MD]),
+        memory=show_file(files[MEMORY_MD]),
     )
     runner = Runner(
         provider=model.provider, model=model.name, tools=registry, max_iterations=max_iterations,

@@ -27,6 +27,7 @@ from typing import Literal
 
 from hippobot.factmatch import same_line
 from hippobot.memory.facts import replaces_ref, split_correction
+from hippobot.workspace import MEMORY_MD, SOUL_MD, USER_MD
 
 __all__ = ["Finding", "parse_finding", "parse_findings", "parse_rejections"]
 
@@ -49,7 +50,7 @@ _PLACEHOLDERS = (
     "the fact, for USER.md", "the fact, for memory/MEMORY.md", "a behaviour rule, for SOUL.md",
     "<text to remove>", "<exact text to remove>",
 )
-_FILE_WORDS = (("SOUL", "SOUL.md"), ("USER", "USER.md"), ("MEMORY", "memory/MEMORY.md"))
+_FILE_WORDS = (("SOUL", SOUL_MD), ("USER", USER_MD), ("MEMORY", MEMORY_MD))
 _HISTORY_TAGS = ("PERMANENT", "DURABLE", "CORRECTION", "FACT")
 
 
@@ -96,7 +97,7 @@ def _for_history_tag(text: str) -> str:
     """The file for a finding a model tagged with the history's own tag: facts about the
     user go to USER.md, everything else to MEMORY.md."""
     first = text.split(maxsplit=1)[0].lower() if text.split() else ""
-    return "USER.md" if first in ("user", "user's", "i", "i'm", "my") else "memory/MEMORY.md"
+    return USER_MD if first in ("user", "user's", "i", "i'm", "my") else MEMORY_MD
 
 
 def parse_finding(line: str) -> Finding | None:
@@ -122,7 +123,7 @@ def parse_finding(line: str) -> Finding | None:
     text = _clean(claim)
     if not text or _NOTHING.match(text) or _placeholder(body):
         return None
-    label = {"USER.md": "USER", "SOUL.md": "SOUL", "memory/MEMORY.md": "MEMORY"}[file]
+    label = {name: word for word, name in _FILE_WORDS}[file]
     tag_text = f"{label}:{heading}" if heading else label
     return Finding(
         "add", file, text, heading=heading, old=old,

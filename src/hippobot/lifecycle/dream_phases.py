@@ -48,7 +48,7 @@ from hippobot.memory.history import HistoryEntry
 from hippobot.memory.ledger import RevertedLine, content_lines, restates
 from hippobot.prompts import render
 from hippobot.providers.base import ChatRequest, Provider, collect
-from hippobot.workspace import MEMORY_FILES, Workspace
+from hippobot.workspace import MEMORY_FILES, MEMORY_MD, SOUL_MD, USER_MD, Workspace
 
 __all__ = [
     "Batch",
@@ -203,8 +203,8 @@ def _history(entries: Sequence[HistoryEntry]) -> str:
 
 def analysis_prompt(guide: str, files: Mapping[str, str], entries: Sequence[HistoryEntry]) -> str:
     return render(
-        "dream_phase1.md", guide=guide, soul=show_file(files["SOUL.md"]),
-        user=show_file(files["USER.md"]), memory=show_file(files["memory/MEMORY.md"]),
+        "dream_phase1.md", guide=guide, soul=show_file(files[SOUL_MD]),
+        user=show_file(files[USER_MD]), memory=show_file(files[MEMORY_MD]),
         first=entries[0].cursor, last=entries[-1].cursor, history=_history(entries),
     )
 
@@ -233,8 +233,8 @@ async def ask_missing(model: DreamModel, guide: str, batch: Batch, missing: Sequ
     lines that still state a value one of these corrections replaces."""
     listed = "\n".join(_missing_line(o, batch.facts) for o in missing)
     prompt = render(
-        "dream_missing.md", guide=guide, facts=listed, soul=show_file(batch.files["SOUL.md"]),
-        user=show_file(batch.files["USER.md"]), memory=show_file(batch.files["memory/MEMORY.md"]),
+        "dream_missing.md", guide=guide, facts=listed, soul=show_file(batch.files[SOUL_MD]),
+        user=show_file(batch.files[USER_MD]), memory=show_file(batch.files[MEMORY_MD]),
     )
     text = await model.ask(prompt)
     findings, _ = parse_findings(text)
@@ -316,7 +316,7 @@ def keep_what_was_kept_for(batch: Batch) -> Batch:
     findings = []
     for outcome in batch.missing:
         fact = outcome.fact
-        file = "USER.md" if fact.kind == "permanent" else "memory/MEMORY.md"
+        file = USER_MD if fact.kind == "permanent" else MEMORY_MD
         old = old_value(fact, batch.facts)
         findings.append(Finding("add", file, as_memory_line(fact.claim), old=old, line=f"[history] {fact.text}"))
     if findings:

@@ -30,6 +30,7 @@ from hippobot.atomic import atomic_write_text
 from hippobot.factmatch import find_statement, same_line
 from hippobot.lifecycle.dream_apply import LEARNED_HEADING
 from hippobot.lifecycle.dream_findings import parse_finding
+from hippobot.workspace import MEMORY_FILES
 
 __all__ = [
     "LEARNED_HEADING",
@@ -40,7 +41,8 @@ __all__ = [
     "parse_text_edits",
 ]
 
-_FILES = {"USER.md": "USER.md", "SOUL.md": "SOUL.md", "MEMORY.md": "memory/MEMORY.md", "memory/MEMORY.md": "memory/MEMORY.md"}
+# The memory files by the names a model writes: as listed, or by their bare file name.
+_FILES = {**{name: name for name in MEMORY_FILES}, **{name.rsplit("/", 1)[-1]: name for name in MEMORY_FILES}}
 _EDIT = re.compile(
     r"^[ \t]*EDIT[ \t]+`?([\w./-]+)`?[ \t]*\n<<<[ \t]*\n(.*?)^===[ \t]*\n(.*?)^>>>[ \t]*$", re.M | re.S
 )

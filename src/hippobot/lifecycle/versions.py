@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hippobot.errors import HippobotError, UserError
+from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
     from hippobot.memory.gitstore import CommitDiff, CommitInfo, GitStore, RevertResult
@@ -68,7 +69,7 @@ def _ready(git: GitStore) -> bool:
     if reason:
         raise VersioningUnavailable(
             f"memory versioning is off: {reason}. Chat still works; fix or move "
-            f"{git.workspace / '.git'} aside"
+            f"{Workspace(git.workspace).git_dir} aside"
         )
     return True
 

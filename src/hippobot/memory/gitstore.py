@@ -74,7 +74,7 @@ from hippobot.memory.gitdiff import (
 from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
 from hippobot.safeio import open_fd
-from hippobot.workspace import Workspace
+from hippobot.workspace import DREAM_CURSOR, GIT_DIR, GITIGNORE, TRACKED, Workspace
 
 __all__ = [
     "AUTHOR",
@@ -98,18 +98,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 AUTHOR = "hippobot <hippobot@dream>"
-DEFAULT_TRACKED: tuple[str, ...] = (
-    "SOUL.md",
-    "USER.md",
-    "AGENTS.md",
-    "memory/MEMORY.md",
-    "memory/.dream_cursor",
-    "skills/",
-    "prompts/",
-    LEDGER_PATH,
-)
-CURSOR_PATH = "memory/.dream_cursor"
-GITIGNORE = ".gitignore"
+DEFAULT_TRACKED: tuple[str, ...] = TRACKED
+CURSOR_PATH = DREAM_CURSOR
 INIT_MESSAGE = "init: memory store"
 MANUAL_MESSAGE = "manual: edits before restore"
 _SHORT = 8
@@ -338,7 +328,7 @@ class GitStore:
     @staticmethod
     def _check_path(path: str) -> str:
         parts = Path(path).as_posix().strip("/").split("/")
-        if not path or any(p in ("", ".", "..", ".git") for p in parts):
+        if not path or any(p in ("", ".", "..", GIT_DIR) for p in parts):
             raise ValueError(f"not a workspace-relative file path: {path!r}")
         return "/".join(parts) + ("/" if path.endswith("/") else "")
 
@@ -363,7 +353,7 @@ class GitStore:
             top = self.workspace / folder
             count = 0
             for dirpath, dirnames, filenames in os.walk(top):  # never follows symlinks
-                dirnames[:] = sorted(d for d in dirnames if d.casefold() != ".git")
+                dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
                 for name in sorted(filenames):
                     full = Path(dirpath) / name
                     if count >= _MAX_TREE_FILES or not full.is_file() or full.is_symlink():
@@ -376,7 +366,7 @@ class GitStore:
 
     @property
     def initialized(self) -> bool:
-        return os.path.lexists(self.workspace / ".git")
+        return os.path.lexists(self._paths.git_dir)
 
     @property
     def available(self) -> bool:
@@ -399,7 +389,7 @@ class GitStore:
     def _open(self) -> Iterator[Repo]:
         """Open and sanity-check the repository; unreadable data becomes
         VersioningUnavailable, inside the ``with`` body too."""
-        gitdir = self.workspace / ".git"
+        gitdir = self._paths.git_dir
         if not self.initialized:
             raise VersioningUnavailable(f"memory versioning is not initialised in {self.workspace}")
         try:
@@ -472,7 +462,7 @@ class GitStore:
     def _ignore_is_ours(self) -> bool:
         """A missing .gitignore, or one starting with ``/*``, is managed by us; any
         other belongs to whoever owns an existing repository and is left alone."""
-        path = self.workspace / GITIGNORE
+        path = self._paths.gitignore
         if not path.exists():
             return True
         lines = [ln.strip() for ln in (_read_regular(path, self.workspace) or b"").decode(
@@ -480,7 +470,7 @@ class GitStore:
         return next((ln for ln in lines if ln and not ln.startswith("#")), None) == "/*"
 
     def _write_ignore(self) -> None:
-        path = self.workspace / GITIGNORE
+        path = self._paths.gitignore
         existing = (_read_regular(path, self.workspace) or b"").decode("utf-8", "surrogateescape")
         merged = _merge_ignore(existing, _ignore_lines(self.tracked))
         if merged != existing:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hippobot.factmatch import covers, normalize_line, same_line
 from hippobot.safeio import read_text
+from hippobot.workspace import REVERTED
 
 __all__ = [
     "LEDGER_PATH",
@@ -38,7 +39,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-LEDGER_PATH = "memory/reverted.jsonl"
+LEDGER_PATH = REVERTED  # the ledger, relative to the workspace
 _RESTATED = 0.6  # share of a line's words a later history entry must contain
 
 

@@ -26,8 +26,9 @@ Invariants this module keeps:
 
 Locking order is always the in-process mutex first, then the file lock.
 
-The atomic writes are in :mod:`hippobot.memory.atomic` (re-exported here); the caches that
-make reading ``history.jsonl`` cheap are in :mod:`hippobot.memory.history_reader`.
+The atomic writes are in :mod:`hippobot.atomic` (re-exported here); the caches that make
+reading ``history.jsonl`` cheap are in :mod:`hippobot.memory.history_reader`; the file names
+come from :class:`hippobot.workspace.Workspace`.
 """
 
 from __future__ import annotations
@@ -132,10 +133,11 @@ class MemoryStore:
         self.memory_dir = paths.memory_dir
         self.memory_path = paths.memory_md
         self.history_path = paths.history
-        self.cursor_path = self.memory_dir / ".cursor"
+        self.cursor_path = paths.cursor
         self.dream_cursor_path = paths.dream_cursor
-        self.archive_path = self.memory_dir / "history.archive.jsonl"
-        self.legacy_history_path = self.memory_dir / "HISTORY.md"
+        self.archive_path = paths.history_archive
+        self.legacy_history_path = paths.legacy_history
+        self._paths = paths
         self.soul_path = paths.soul
         self.user_path = paths.user
         self.lock_path = paths.history_lock
@@ -621,9 +623,7 @@ class MemoryStore:
         return False
 
     def _backup_name(self) -> Path:
-        candidate = self.legacy_history_path.with_name("HISTORY.md.bak")
-        n = 2
-        while candidate.exists():
-            candidate = self.legacy_history_path.with_name(f"HISTORY.md.bak.{n}")
+        n = 1
+        while (candidate := self._paths.legacy_history_backup(n)).exists():
             n += 1
         return candidate

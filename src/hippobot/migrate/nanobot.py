@@ -57,7 +57,22 @@ from hippobot.locks import locked
 from hippobot.safeio import LinkOutside, open_fd, read_regular
 from hippobot.session.legacy import MIGRATED_FROM, header_key, read_legacy, source_stamp
 from hippobot.session.store import JsonlSessionStore
-from hippobot.workspace import Workspace
+from hippobot.workspace import (
+    AGENTS_MD,
+    CONFIG_FILE,
+    CURSOR,
+    DREAM_CURSOR,
+    DREAM_GUIDE,
+    HISTORY,
+    LEGACY_HISTORY,
+    MEMORY_MD,
+    SESSION_SUFFIX,
+    SOUL_MD,
+    TEMPLATE_FILES,
+    USER_MD,
+    NanobotFiles,
+    Workspace,
+)
 
 __all__ = [
     "ImportReport",
@@ -77,18 +92,12 @@ Seen = dict[str, Any]
 ``files`` (path -> SHA-256), ``history`` (SHA-256), ``git`` (HEAD), ``sessions`` (key ->
 [size, mtime_ns]), so each thing nanobot changed is looked at and reported once."""
 
-WORKSPACE_FILES = (
-    "AGENTS.md",
-    "SOUL.md",
-    "USER.md",
-    "memory/MEMORY.md",
-    "memory/HISTORY.md",
-    "prompts/dream.md",
-)
-CURSOR_FILES = ("memory/.cursor", "memory/.dream_cursor")
-NOT_USED = {"HEARTBEAT.md": "hippobot has no heartbeat"}
+# What nanobot's workspace has as hippobot's does (the names are hippobot's: Workspace).
+WORKSPACE_FILES = (AGENTS_MD, SOUL_MD, USER_MD, MEMORY_MD, LEGACY_HISTORY, DREAM_GUIDE)
+CURSOR_FILES = (CURSOR, DREAM_CURSOR)
+NOT_USED = ((NanobotFiles.heartbeat, "hippobot has no heartbeat"),)
 INTERNAL_PREFIXES = ("dream:",)
-_TEMPLATES = ("AGENTS.md", "SOUL.md", "USER.md", "memory/MEMORY.md")
+_TEMPLATES = TEMPLATE_FILES
 
 
 @dataclass(slots=True)
@@ -114,8 +123,12 @@ class NanobotHome:
     layout: Literal["0.2.x", "0.3.x"]
 
     @property
+    def files(self) -> NanobotFiles:
+        return NanobotFiles(self.root)
+
+    @property
     def config_path(self) -> Path:
-        return self.root / "config.json"
+        return self.files.config
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -131,19 +144,23 @@ def _read_json(path: Path) -> dict[str, Any]:
 def find_home(path: Path) -> NanobotHome:
     """Recognise a nanobot home (``config.json`` and/or ``workspace/``) and its workspace."""
     root = path.expanduser()
-    config_path = root / "config.json"
-    if not root.is_dir() or not (config_path.is_file() or (root / "workspace").is_dir()):
+    files = NanobotFiles(root)
+    config_path = files.config
+    if not root.is_dir() or not (config_path.is_file() or files.default_workspace.is_dir()):
         raise UserError(
             f"no nanobot home at {root} (expected config.json or workspace/ there): "
             "pass the folder nanobot uses, e.g. `hippobot import nanobot ~/.nanobot`"
         )
     config = _read_json(config_path) if config_path.is_file() else {}
     workspace = _workspace_of(root, config)
-    id_file = workspace / ".nanobot" / "workspace-id"
-    layout: Literal["0.2.x", "0.3.x"] = (
-        "0.3.x" if id_file.is_file() or _namespaces(root / "sessions") else "0.2.x"
-    )
-    return NanobotHome(root=root, config=config, workspace=workspace, layout=layout)
+    return NanobotHome(root=root, config=config, workspace=workspace, layout=_layout(root, workspace))
+
+
+def _layout(root: Path, workspace: Path) -> Literal["0.2.x", "0.3.x"]:
+    """0.3.x keeps a workspace id and the sessions in the home; 0.2.x in the workspace."""
+    if NanobotFiles.workspace_id(workspace).is_file() or _namespaces(NanobotFiles(root).sessions_root):
+        return "0.3.x"
+    return "0.2.x"
 
 
 def _workspace_of(root: Path, config: dict[str, Any]) -> Path:
@@ -152,13 +169,14 @@ def _workspace_of(root: Path, config: dict[str, Any]) -> Path:
     defaults = (config.get("agents") or {}).get("defaults") or {}
     configured = defaults.get("workspace") if isinstance(defaults, dict) else None
     if isinstance(configured, str) and configured:
-        if configured == "~/.nanobot" or configured.startswith("~/.nanobot/"):
-            candidate = root / configured[len("~/.nanobot/"):]
+        mine = f"~/{NanobotFiles.DIR}"
+        if configured == mine or configured.startswith(f"{mine}/"):
+            candidate = root / configured[len(mine) + 1:]
         else:
             candidate = Path(configured).expanduser()
         if candidate.is_dir():
             return candidate
-    return root / "workspace"
+    return NanobotFiles(root).default_workspace
 
 
 def _namespaces(sessions_root: Path) -> list[Path]:
@@ -234,7 +252,7 @@ def _dumps(data: dict[str, Any]) -> bytes:
 
 
 def _starter_config() -> bytes:
-    return _template_bytes("config.json")
+    return _template_bytes(CONFIG_FILE)
 
 
 def _template_bytes(name: str) -> bytes:
@@ -299,7 +317,7 @@ def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within
 
 def _import_history(src: Path, dst: Path, report: ImportReport, *, within: Path,
                     workspace: Path, seen: Seen | None = None) -> None:
-    label = "memory/history.jsonl"
+    label = HISTORY
     data = _theirs(src, within, label, report)
     if data is None:
         return
@@ -347,28 +365,28 @@ def _import_workspace_files(
     home: NanobotHome, workspace: Path, report: ImportReport, seen: Seen | None = None
 ) -> None:
     src_ws = home.workspace
+    theirs, ours = Workspace(src_ws), Workspace(workspace)
     roots = {"within": src_ws, "workspace": workspace}
     for rel in WORKSPACE_FILES:
-        if (src_ws / rel).is_file():
-            _copy_file(src_ws / rel, workspace / rel, rel, report, **roots, seen=seen)
-    skills = src_ws / "skills"
+        if (theirs / rel).is_file():
+            _copy_file(theirs / rel, ours / rel, rel, report, **roots, seen=seen)
+    skills = theirs.skills_dir
     if skills.is_dir():
         for path in sorted(skills.rglob("*")):
             if path.is_file() and not path.is_symlink():
                 rel = path.relative_to(src_ws).as_posix()
                 _copy_file(path, workspace / rel, rel, report, **roots, seen=seen)
-    if (src_ws / "memory" / "history.jsonl").is_file():
-        _import_history(src_ws / "memory" / "history.jsonl", workspace / "memory" / "history.jsonl",
-                        report, **roots, seen=seen)
+    if theirs.history.is_file():
+        _import_history(theirs.history, ours.history, report, **roots, seen=seen)
     for rel in CURSOR_FILES:
-        if (src_ws / rel).is_file():
-            _import_cursor(src_ws / rel, workspace / rel, rel, report, **roots)
+        if (theirs / rel).is_file():
+            _import_cursor(theirs / rel, ours / rel, rel, report, **roots)
     if seen is not None:
         return  # reading in: what hippobot does not use was named by the import, if ever
-    for rel, why in NOT_USED.items():
-        if (src_ws / rel).exists():
-            report.skipped.append(f"{rel} ({why})")
-    jobs = home.root / "cron" / "jobs.json"
+    for where, why in NOT_USED:
+        if (path := where(src_ws)).exists():
+            report.skipped.append(f"{path.relative_to(src_ws).as_posix()} ({why})")
+    jobs = home.files.cron_jobs
     if jobs.is_file() and jobs.stat().st_size > 0:
         report.skipped.append(f"scheduled jobs in {jobs} (hippobot does not run nanobot's cron jobs)")
 
@@ -421,7 +439,7 @@ def _only_init_commit(workspace: Path) -> bool:
 
 
 def _import_git(home: NanobotHome, workspace: Path, report: ImportReport, seen: Seen | None = None) -> None:
-    src = home.workspace / ".git"
+    src = Workspace(home.workspace).git_dir
     if not src.is_dir():
         if seen is None:
             report.skipped.append("memory history (nanobot's workspace has no git store)")
@@ -431,7 +449,8 @@ def _import_git(home: NanobotHome, workspace: Path, report: ImportReport, seen: 
         if seen.get("git") == theirs:
             return
         seen["git"] = theirs
-    dst = workspace / ".git"
+    ours = Workspace(workspace)
+    dst = ours.git_dir
     if dst.exists():
         if theirs and _has_object(dst, theirs):
             return  # already imported (and maybe continued here)
@@ -440,14 +459,15 @@ def _import_git(home: NanobotHome, workspace: Path, report: ImportReport, seen: 
                 f"memory history (kept hippobot's; nanobot's stays in {src})"
             )
             return
-        aside = workspace / ".hippobot" / "git-before-import"
+        aside = ours.git_before_import
         if aside.exists():
             shutil.rmtree(aside)
         aside.parent.mkdir(parents=True, exist_ok=True)
         os.replace(dst, aside)
     shutil.copytree(src, dst, symlinks=True)
-    if (home.workspace / ".gitignore").is_file() and not (workspace / ".gitignore").exists():
-        shutil.copyfile(home.workspace / ".gitignore", workspace / ".gitignore")
+    ignore = Workspace(home.workspace).gitignore
+    if ignore.is_file() and not ours.gitignore.exists():
+        shutil.copyfile(ignore, ours.gitignore)
     from hippobot.memory.gitstore import GitStore
 
     try:
@@ -470,23 +490,23 @@ def _key_from_stem(stem: str) -> str | None:
 def _session_files(home: NanobotHome, report: ImportReport | None) -> dict[str, Path]:
     """key -> nanobot file, the 0.3.x namespace winning over 0.2.x files for one key."""
     found: dict[str, Path] = {}
-    legacy_dir = home.workspace / "sessions"
+    legacy_dir = NanobotFiles.legacy_sessions(home.workspace)
     if legacy_dir.is_dir():
-        for path in sorted(legacy_dir.glob("*.jsonl")):
+        for path in sorted(legacy_dir.glob(f"*{SESSION_SUFFIX}")):
             key = header_key(path, within=home.workspace) if path.is_file() else None
             if key:
                 found[key] = path
-    namespaces = _namespaces(home.root / "sessions")
+    namespaces = _namespaces(home.files.sessions_root)
     if namespaces:
         mine = _namespace_of(home, namespaces)
         for ns in namespaces:
             if ns != mine and report is not None:
-                marker = ns / ".workspace"
+                marker = NanobotFiles.namespace_marker(ns)
                 where = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ns.name
-                count = len(list(ns.glob("*.jsonl")))
+                count = len(list(ns.glob(f"*{SESSION_SUFFIX}")))
                 report.skipped.append(f"{count} session(s) of another nanobot workspace ({where})")
         if mine is not None:
-            for path in sorted(mine.glob("*.jsonl")):
+            for path in sorted(mine.glob(f"*{SESSION_SUFFIX}")):
                 if path.is_file():
                     key = header_key(path, within=home.root) or _key_from_stem(path.stem)
                     if key:
@@ -495,13 +515,13 @@ def _session_files(home: NanobotHome, report: ImportReport | None) -> dict[str, 
 
 
 def _namespace_of(home: NanobotHome, namespaces: list[Path]) -> Path | None:
-    id_file = home.workspace / ".nanobot" / "workspace-id"
+    id_file = NanobotFiles.workspace_id(home.workspace)
     if id_file.is_file():
-        ns = home.root / "sessions" / id_file.read_text(encoding="utf-8").strip()
+        ns = home.files.sessions_root / id_file.read_text(encoding="utf-8").strip()
         if ns in namespaces:
             return ns
     for ns in namespaces:
-        marker = ns / ".workspace"
+        marker = NanobotFiles.namespace_marker(ns)
         if marker.is_file() and Path(marker.read_text(encoding="utf-8").strip()) == home.workspace:
             return ns
     return namespaces[0] if len(namespaces) == 1 else None
@@ -587,7 +607,7 @@ def home_of(workspace: Path) -> Path:
     """The nanobot home a workspace belongs to: the nearest ``.nanobot`` folder above it
     (0.3.x keeps sessions there), else the folder above the workspace."""
     for parent in workspace.parents:
-        if parent.name == ".nanobot":
+        if parent.name == NanobotFiles.DIR:
             return parent
     return workspace.parent
 
@@ -595,12 +615,13 @@ def home_of(workspace: Path) -> Path:
 def _stamp(home: NanobotHome) -> str:
     """Sizes and modification times of everything a reading-in looks at, as one digest: when
     it is unchanged, nanobot changed nothing and no file needs to be opened."""
-    ws = home.workspace
-    paths = [ws / rel for rel in (*WORKSPACE_FILES, *CURSOR_FILES, "memory/history.jsonl")]
-    paths += [ws / ".git" / "HEAD", ws / ".git" / "packed-refs"]
+    ws = Workspace(home.workspace)
+    paths = [ws / rel for rel in (*WORKSPACE_FILES, *CURSOR_FILES, HISTORY)]
+    paths += [ws.git_dir / "HEAD", ws.git_dir / "packed-refs"]
     for folder, pattern in (
-        (ws / "skills", "**/*"), (ws / ".git" / "refs", "**/*"),
-        (ws / "sessions", "*.jsonl"), (home.root / "sessions", "*/*.jsonl"),
+        (ws.skills_dir, "**/*"), (ws.git_dir / "refs", "**/*"),
+        (NanobotFiles.legacy_sessions(ws.root), f"*{SESSION_SUFFIX}"),
+        (home.files.sessions_root, f"*/*{SESSION_SUFFIX}"),
     ):
         if folder.is_dir():
             paths += sorted(folder.glob(pattern))
@@ -655,11 +676,7 @@ def bring_in(settings: Settings) -> ImportReport:
     if source is None or not source.is_dir():
         return report
     root = home_of(source)
-    id_file = source / ".nanobot" / "workspace-id"
-    layout: Literal["0.2.x", "0.3.x"] = (
-        "0.3.x" if id_file.is_file() or _namespaces(root / "sessions") else "0.2.x"
-    )
-    home = NanobotHome(root=root, config={}, workspace=source, layout=layout)
+    home = NanobotHome(root=root, config={}, workspace=source, layout=_layout(root, source))
     paths = Workspace(settings.workspace)
     record_path = paths.nanobot_sync
     stamp = _stamp(home)

@@ -14,14 +14,12 @@ Typical use::
 
 from __future__ import annotations
 
-from .index import INDEX_DIR, INDEX_FILE, RecallIndex
+from .index import RecallIndex
 from .query import Citation, Hit, RecallError, Scope, parse_citation
 from .sources import SyncStats
 from .tools import format_hits, hits_to_json, recall_tools
 
 __all__ = [
-    "INDEX_DIR",
-    "INDEX_FILE",
     "Citation",
     "Hit",
     "RecallError",

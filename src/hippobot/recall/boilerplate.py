@@ -21,13 +21,15 @@ import re
 from collections.abc import Callable
 from functools import cache
 
+from hippobot.workspace import MEMORY_FILES
+
 __all__ = ["is_heading", "line_filter"]
 
 # "- Name:", "* Things to avoid:", "- [ ] Todo:", "-": a slot with nothing filled in.
 _EMPTY_BULLET = re.compile(r"[-*+]\s*(\[[ xX]?\]\s*)?([^:]{0,80}:)?\s*")
 _HEADING = re.compile(r"#{1,6}(\s|$)")
 # Files that come from a bundled template; others only get the generic rules.
-_TEMPLATED = ("SOUL.md", "USER.md", "memory/MEMORY.md")
+_TEMPLATED = MEMORY_FILES
 
 
 def is_heading(line: str) -> bool:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hippobot.redact import redact_exact
+from hippobot.workspace import Workspace
 
 from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, VectorScores, VectorStore
 from .query import (
@@ -64,12 +65,10 @@ from .schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: it used to 
 from .sources import FileState, Scanner, SourceFile, SyncStats, classify
 from .writer import IndexWriter
 
-__all__ = ["INDEX_DIR", "INDEX_FILE", "RecallIndex", "SyncStats"]
+__all__ = ["RecallIndex", "SyncStats"]
 
 log = logging.getLogger("hippobot.recall")
 
-INDEX_DIR = ".hippobot"
-INDEX_FILE = "recall.sqlite3"
 _COMMIT_EVERY = 20_000  # docs per transaction while (re)building
 # Bounded work per query and kind (see _kind_candidates and docs/recall.md): a term with
 # at most _RARE_MAX matches is "rare" and all its matches are ranked; when every term is
@@ -116,7 +115,7 @@ class RecallIndex:
         # Configured keys never enter the index nor leave it (search, get), whatever file
         # they were found in.
         self._secrets = tuple(secrets)
-        self.path = self.workspace / INDEX_DIR / INDEX_FILE
+        self.path = Workspace(self.workspace).recall_index
         self.auto_sync = auto_sync
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
@@ -203,8 +202,8 @@ class RecallIndex:
         log.warning(message)
         self._warnings.append(message)
         self.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        for path in Workspace(self.workspace).recall_index_files:
+            path.unlink(missing_ok=True)
         self._ensure_open()
         # Rebuild now (a search may not sync); keep the warning for the caller's stats.
         self._warnings = self._sync().warnings

@@ -31,6 +31,14 @@ from hippobot.memory.history import parse_line
 from hippobot.messages import public_text
 from hippobot.safeio import open_fd
 from hippobot.session.records import decode
+from hippobot.workspace import (
+    HISTORY_FILES,
+    MEMORY_DIR,
+    SESSION_SUFFIX,
+    SESSIONS_DIR,
+    SOUL_MD,
+    USER_MD,
+)
 
 from .boilerplate import is_heading
 from .query import Kind
@@ -66,7 +74,7 @@ MAX_DOC_CHARS = 32_000  # a huge tool result is indexed (and shown by get) up to
 _TOOL_ARGS_CHARS = 300
 _CHUNK_MAX_LINES = 12
 _CHUNK_MAX_CHARS = 1_200
-_ROOT_MARKDOWN = ("SOUL.md", "USER.md")
+_ROOT_MARKDOWN = (SOUL_MD, USER_MD)  # the memory files outside memory/
 RECALL_TOOLS = frozenset({"memory_search", "memory_get"})
 RACY_NS = 2_000_000_000  # an mtime this recent may hide a change made in the same tick
 HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite
@@ -124,16 +132,13 @@ class Scanner:
 
     def scan(self) -> list[tuple[SourceFile, os.stat_result]]:
         found: list[tuple[SourceFile, os.stat_result]] = []
-        fixed: list[tuple[str, Kind]] = [
-            ("memory/history.archive.jsonl", "history"),
-            ("memory/history.jsonl", "history"),
-        ]
+        fixed: list[tuple[str, Kind]] = [(rel, "history") for rel in HISTORY_FILES]
         fixed += [(name, "memory") for name in _ROOT_MARKDOWN]
         for rel, kind in fixed:
             path = os.path.join(self.root, rel)
             self._add(found, SourceFile(path, rel, kind))
-        self._walk(os.path.join(self.root, "memory"), ".md", "memory", found)
-        self._walk(os.path.join(self.root, "sessions"), ".jsonl", "session", found)
+        self._walk(os.path.join(self.root, MEMORY_DIR), ".md", "memory", found)
+        self._walk(os.path.join(self.root, SESSIONS_DIR), SESSION_SUFFIX, "session", found)
         return found
 
     @staticmethod
@@ -201,11 +206,11 @@ def classify(workspace: Path, path: Path | str) -> SourceFile | None:
         return None
     rel = full[len(root) + 1 :].replace(os.sep, "/")
     parts = rel.split("/")
-    if rel in ("memory/history.jsonl", "memory/history.archive.jsonl"):
+    if rel in HISTORY_FILES:
         return SourceFile(full, rel, "history")
-    if rel in _ROOT_MARKDOWN or (parts[0] == "memory" and rel.endswith(".md")):
+    if rel in _ROOT_MARKDOWN or (parts[0] == MEMORY_DIR and rel.endswith(".md")):
         kind: Kind = "memory"
-    elif parts[0] == "sessions" and rel.endswith(".jsonl"):
+    elif parts[0] == SESSIONS_DIR and rel.endswith(SESSION_SUFFIX):
         kind = "session"
     else:
         return None
@@ -400,7 +405,7 @@ def digest(data: bytes) -> bytes:
 
 def fallback_session_key(rel: str) -> str:
     """Session key for a file without a header: ``sessions/a/b.jsonl`` → ``a:b``."""
-    parts = rel.removeprefix("sessions/").removesuffix(".jsonl").split("/")
+    parts = rel.removeprefix(f"{SESSIONS_DIR}/").removesuffix(SESSION_SUFFIX).split("/")
     return ":".join(parts)
 
 

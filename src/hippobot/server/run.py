@@ -38,6 +38,7 @@ from hippobot.errors import StorageError, UserError
 from hippobot.server.app import create_app
 from hippobot.server.connections import connection_limit, guarded_protocol, raise_fd_limit
 from hippobot.server.security import WebPolicy
+from hippobot.workspace import SERVE_TOKEN, Home
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -58,7 +59,7 @@ __all__ = [
 
 LOOPBACK = "127.0.0.1"
 BACKLOG = 2048
-TOKEN_FILE = "serve-token"
+TOKEN_FILE = SERVE_TOKEN
 
 
 def is_loopback(host: str) -> bool:
@@ -78,7 +79,7 @@ def serve_key(settings: Settings) -> str | None:
 def install_token(home: Path) -> str:
     """This install's serve token: read from ``<home>/serve-token``, created (mode 0600) the
     first time. A file others can read is tightened to 0600; an unusable one is replaced."""
-    path = home / TOKEN_FILE
+    path = Home(home).serve_token
     try:
         info = path.lstat()
         if stat.S_ISREG(info.st_mode) and info.st_size < 1024:
@@ -214,7 +215,7 @@ def run_server(
         auth = "clients send the key of serve.apiKey / HIPPOBOT_SERVE_KEY as a bearer token"
         login = f"{page} (log in with that key)"
     else:
-        auth = f"clients send the token in {settings.home / TOKEN_FILE} as a bearer token"
+        auth = f"clients send the token in {Home(settings.home).serve_token} as a bearer token"
         login = f"{page}?token={key}"
     if serve.users:
         auth += f"; {len(serve.users)} user(s) with workspaces of their own, each with their key"

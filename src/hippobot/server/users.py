@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from hippobot.errors import UserError
 from hippobot.server.wire import ApiError
+from hippobot.workspace import Home
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -105,7 +106,7 @@ class Users:
                     f"serve.users: {name!r} cannot be a user name; use letters, digits "
                     "and ._@+- (starting with a letter or digit)"
                 )
-            ws = Path(spec.workspace).expanduser() if spec.workspace else home / "users" / name
+            ws = Path(spec.workspace).expanduser() if spec.workspace else Home(home).user_workspace(name)
             self._workspaces[name] = ws.resolve()
             if spec.api_key:
                 if spec.api_key == self.owner_key or any(spec.api_key == k for k, _ in self._keys):
@@ -202,7 +203,7 @@ class Users:
     def workspace(self, name: str) -> Path:
         if name == OWNER:
             return self.owner.workspace
-        return self._workspaces.get(name) or (self.owner.settings.home / "users" / name).resolve()
+        return self._workspaces.get(name) or Home(self.owner.settings.home).user_workspace(name).resolve()
 
     def _check_separate(self, name: str, workspace: Path) -> None:
         """A user named only by the proxy header must not land inside someone's workspace."""

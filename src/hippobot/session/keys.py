@@ -30,6 +30,7 @@ import re
 from pathlib import PurePath, PurePosixPath
 
 from hippobot.errors import UserError
+from hippobot.workspace import SESSION_SUFFIX, SESSIONS_DIR
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -39,10 +40,9 @@ __all__ = [
     "validate_key",
 ]
 
-SESSIONS_DIR = "sessions"
 MAX_KEY_LENGTH = 512
 
-_SUFFIX = ".jsonl"
+_SUFFIX = SESSION_SUFFIX
 _EMPTY = "%%"  # an empty channel or chat part
 _NO_CHAT = "%"  # the key has no colon at all
 _CONTINUED = "%+"  # this directory level continues the same part

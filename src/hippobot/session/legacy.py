@@ -26,6 +26,7 @@ from typing import Any
 
 from hippobot.safeio import open_regular, read_regular
 from hippobot.session.model import ArchivedSummary, Session, SessionUsage, is_message
+from hippobot.workspace import SESSION_SUFFIX
 
 __all__ = [
     "MIGRATED_FROM",
@@ -98,7 +99,7 @@ class LegacyIndex:
 
     def _scan(self) -> dict[str, Path]:
         found: dict[str, tuple[int, Path]] = {}
-        for path in sorted(self._dir.glob("*.jsonl")):
+        for path in sorted(self._dir.glob(f"*{SESSION_SUFFIX}")):
             if not path.is_file() or path.is_symlink():
                 continue
             key = header_key(path, within=self._dir.parent)  # the workspace

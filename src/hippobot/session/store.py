@@ -34,7 +34,7 @@ from hippobot.errors import StorageError
 from hippobot.locks import LockTimeout, locked
 from hippobot.messages import Message
 from hippobot.safeio import open_fd, open_regular, read_regular
-from hippobot.session.keys import SESSIONS_DIR, key_to_relpath, relpath_to_key
+from hippobot.session.keys import key_to_relpath, relpath_to_key
 from hippobot.session.legacy import LegacyIndex, read_legacy, warn_if_shadowed
 from hippobot.session.model import ArchiveWait, Session, normalise_offset, now_iso
 from hippobot.session.records import (
@@ -51,7 +51,7 @@ from hippobot.session.records import (
     preview,
     snapshot,
 )
-from hippobot.workspace import Workspace
+from hippobot.workspace import SESSION_SUFFIX, SESSIONS_DIR, Workspace
 
 __all__ = [
     "FORMAT_VERSION",
@@ -183,8 +183,8 @@ class JsonlSessionStore:
     def __init__(self, workspace: Path, *, fsync: bool = False, read_only: bool = False) -> None:
         self.workspace = Path(workspace)
         self.read_only = read_only
-        self.root = self.workspace / SESSIONS_DIR
         self._paths = Workspace(self.workspace)
+        self.root = self._paths.sessions_dir
         self._fsync = fsync
         self._legacy = LegacyIndex(self.root)
         self._tracked: weakref.WeakKeyDictionary[Session, _Tracked] = (
@@ -198,7 +198,7 @@ class JsonlSessionStore:
         return self.workspace / key_to_relpath(key)
 
     def _corrupt_path(self, path: Path) -> Path:
-        return path.with_name(path.name + ".corrupt")
+        return Workspace.corrupt_copy(path)
 
     @contextmanager
     def _locked(self, key: str, *, reading: bool = False) -> Iterator[None]:
@@ -518,7 +518,7 @@ class JsonlSessionStore:
     def list(self) -> builtins.list[SessionInfo]:
         infos: dict[str, SessionInfo] = {}
         if self.root.is_dir():
-            for path in sorted(self.root.rglob("*.jsonl")):
+            for path in sorted(self.root.rglob(f"*{SESSION_SUFFIX}")):
                 key = relpath_to_key(path.relative_to(self.workspace))
                 if key is not None and (info := self._info(key, path, legacy=False)):
                     infos[key] = info

@@ -12,6 +12,7 @@ import re
 
 from hippobot.messages import content_text
 from hippobot.testing.scripted import FallbackReply, RecordedRequest
+from hippobot.workspace import USER_MD
 
 ARCHIVE_PREFIX = "[Memory archive request"
 TRANSCRIPT_PREFIX = "You archive part of a conversation"
@@ -83,7 +84,7 @@ def dream_findings(prompt: str) -> str:
             if not line.durable:
                 continue
             claim = split_correction(line.text)[0] if line.kind == "correction" else line.text
-            if find_statement(claim, [("USER.md", user)], loose=line.kind == "correction"):
+            if find_statement(claim, [(USER_MD, user)], loose=line.kind == "correction"):
                 continue
             out.append(f"[USER] {line.text}")
     return "\n".join(out) or "[SKIP] nothing new"
@@ -105,17 +106,17 @@ def dream_edits(prompt: str, *, sloppy: bool = False) -> FallbackReply:
         new, old = split_correction(fact)
         if old and not sloppy:
             for stale in [ln for ln in lines if mentions_old_value(ln, old, new)]:
-                calls.append(("edit_file", {"path": "USER.md", "old_text": stale, "new_text": f"- {new}"}))
+                calls.append(("edit_file", {"path": USER_MD, "old_text": stale, "new_text": f"- {new}"}))
                 lines = [f"- {new}" if ln == stale else ln for ln in lines]
             if any(f"- {new}" == ln for ln in lines):
                 continue
         if FACTS_HEADING not in lines:
             first = lines[0] if lines else ""
-            calls.append(("edit_file", {"path": "USER.md", "old_text": first,
+            calls.append(("edit_file", {"path": USER_MD, "old_text": first,
                                         "new_text": f"{first}\n\n{FACTS_HEADING}\n- {new}"}))
             lines = [first, "", FACTS_HEADING, f"- {new}", *lines[1:]]
         else:
-            calls.append(("edit_file", {"path": "USER.md", "old_text": f"{FACTS_HEADING}\n",
+            calls.append(("edit_file", {"path": USER_MD, "old_text": f"{FACTS_HEADING}\n",
                                         "new_text": f"{FACTS_HEADING}\n- {new}\n"}))
             at = lines.index(FACTS_HEADING) + 1
             lines.insert(at, f"- {new}")

@@ -34,12 +34,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from hippobot.errors import ToolError
+from hippobot.workspace import PROTECTED_DIRS
 
 __all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_BYTES", "PROTECTED_DIRS", "PathPolicy", "protected_part"]
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
-PROTECTED_DIRS = (".git", ".hippobot")
 PROTECTED_FILES = (".gitattributes",)
 
 

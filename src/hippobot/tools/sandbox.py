@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 from hippobot.errors import ToolError
+from hippobot.workspace import PROTECTED_DIRS
 
 __all__ = ["SANDBOX_MODES", "Sandbox", "SandboxMode", "bwrap_args"]
 
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[str, ...] = ("auto", "bwrap", "none")
-READ_ONLY_INSIDE = (".git", ".hippobot")
+READ_ONLY_INSIDE = PROTECTED_DIRS
 _PROBE_TIMEOUT = 10.0
 # The strongest first: a user namespace in which the command may not make another, then a
 # user namespace alone (bubblewrap before 0.8), then none (setuid bubblewrap, user
