@@ -21,6 +21,11 @@ Two mechanisms:
 
 Both are pure functions; where a key name is part of the match it is kept and only the
 value is replaced, so the text still says *what* was there.
+
+:class:`Redactor` is the one way hippobot applies them: built once per agent from the
+configured keys and handed to every writer (history entries, session messages, memory
+files the model writes, version commits, the search index, error texts), so each spelling
+of a key is removed the same way wherever it would be kept.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-__all__ = ["REDACTED", "redact_exact", "redact_secrets", "secret_forms"]
+__all__ = ["REDACTED", "Redactor", "redact_exact", "redact_secrets", "secret_forms"]
 
 REDACTED = "[REDACTED]"
 
@@ -203,7 +208,14 @@ def redact_exact(text: str, secrets: Iterable[str]) -> str:
     would mangle ordinary text. Longer secrets are replaced first, so a secret that
     contains another is removed whole.
     """
-    wanted = tuple(sorted({s for s in secrets if isinstance(s, str) and len(s) > 8}))
+    return _redact_wanted(text, _wanted(secrets))
+
+
+def _wanted(secrets: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({s for s in secrets if isinstance(s, str) and len(s) > 8}))
+
+
+def _redact_wanted(text: str, wanted: tuple[str, ...]) -> str:
     if not text or not wanted:
         return text
     # Any letter case: the UTF-8 bytes with their ASCII letters lowered (same length, same
@@ -255,3 +267,25 @@ def _exact_pattern(secrets: tuple[str, ...]) -> re.Pattern[bytes]:
     forms = {f.encode("utf-8", "surrogatepass").lower() for s in secrets for f in secret_forms(s)}
     # Longest first, so a secret (or form) that contains another is removed whole.
     return re.compile(b"|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+class Redactor:
+    """The redaction every writer applies: the configured keys first (every form of
+    :func:`secret_forms`: any letter case, without their prefix, simple encodings), then the
+    well-known token shapes (:func:`redact_secrets`). Keys go first so that a token shape
+    found inside an encoded key cannot leave the rest of the encoding behind.
+
+    Built once (``Agent`` makes one from ``Settings.secrets()``) and passed to whatever
+    keeps text. Calling it is pure and idempotent; its ``repr`` never shows a key.
+    """
+
+    __slots__ = ("secrets",)
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets: tuple[str, ...] = _wanted(secrets)
+
+    def __call__(self, text: str) -> str:
+        return redact_secrets(_redact_wanted(text, self.secrets))
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self.secrets)} configured key(s))"

@@ -16,7 +16,7 @@ import pytest
 from hippobot.errors import StorageError
 from hippobot.memory import HistorySource, MemoryStore, atomic_write_text, parse_line
 from hippobot.memory.store import TRUNCATION_SUFFIX
-from hippobot.redact import REDACTED
+from hippobot.redact import REDACTED, Redactor
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXED = datetime(2026, 4, 3, 0, 2)
@@ -152,7 +152,7 @@ def test_oversize_entries_are_cut_with_one_warning(tmp_path, caplog):
 
 
 def test_secrets_never_reach_the_archive(tmp_path):
-    store = make_store(tmp_path, known_secrets=["my-local-proxy-key-42"])
+    store = make_store(tmp_path, redactor=Redactor(["my-local-proxy-key-42"]))
     store.append_history(
         "[RAW] 2 messages\n[2026-04-03T00:01] USER: my key is sk-proj-Ab3dEfGhIjKlMnOpQrStUv0123456789\n"
         "[2026-04-03T00:01] TOOL: Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload123.sig\n"

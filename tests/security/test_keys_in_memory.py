@@ -97,3 +97,58 @@ async def test_the_key_without_its_prefix_or_in_another_case_never_persists(make
     assert done.returncode == 0 and "zebra" in done.stdout and not _other_leaks(done.stdout)
     assert not _other_leaks(every_file_bytes(ws / ".hippobot")), "the key is in the recall index"
     assert not _other_leaks(every_file_bytes(ws / "sessions")), "the key is in the session"
+
+
+# Each spelling a writer must recognise: the configured key in another case and without its
+# prefix, and a key of a well-known shape that was never configured (a GitHub token).
+GITHUB = "ghp_" + "Xk93vQ7mP2sL8dR4tY6wZ1cB5nH0jF3gA9eK"
+SPELLINGS = (API_KEY.upper(), BARE, BARE.lower(), B64, GITHUB)
+LINE = " ".join(f"zebra{n} {form}" for n, form in enumerate(SPELLINGS))
+REDACTED_LINE = " ".join(f"zebra{n} [REDACTED]" for n in range(len(SPELLINGS)))
+
+
+def _committed(ws, name: bytes) -> str:
+    from dulwich.repo import Repo
+
+    repo = Repo(str(ws))
+    tree = repo[repo[repo.head()].tree]
+    return repo[tree[name][1]].data.decode()
+
+
+def _spelled(data: bytes | str) -> list[str]:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [form for form in SPELLINGS if form.lower() in text.lower()]
+
+
+async def test_every_writer_redacts_each_spelling_the_same_way(make_agent, scripted_model):
+    agent = make_agent(exec={"sandbox": "none"})
+    ws = agent.workspace
+    scripted_model.reply_tool_calls([
+        ("write_file", {"path": "memory/MEMORY.md", "content": f"- {LINE}\n"}),  # the file tools
+        # Behind the file tools' back: a versioned file (the commit) and one only the index reads.
+        ("exec", {"command": f"echo '- {LINE}' >> SOUL.md; echo '- {LINE}' > memory/notes.md"}),
+    ])
+    scripted_model.reply(f"Kept {LINE}")
+    await agent.turn(KEY, f"remember {LINE}")
+    agent.memory.append_history(f"- {LINE}", session_key=KEY)
+
+    records = [json.loads(line) for line in (ws / "sessions" / "cli" / "attack.jsonl").open()]
+    said = {r["role"]: r["content"] for r in records if r.get("role") in ("user", "assistant")}
+    kept = {
+        "history entry": agent.memory.read_history()[-1].content,
+        "session: the user's message": said["user"],
+        "session: the reply": said["assistant"],
+        "memory file written by the model": (ws / "memory" / "MEMORY.md").read_text(),
+        "commit": _committed(ws, b"SOUL.md"),
+    }
+    for writer, text in kept.items():
+        assert REDACTED_LINE in text and not _spelled(text), f"{writer}: {text!r}"
+    assert not _spelled(every_file_bytes(ws / ".git")), "a spelling is in the memory history"
+
+    done = run_cli(["memory", "search", "zebra4", "--k", "20", "--json"], agent.settings.home,
+                   HIPPOBOT_API_KEY=API_KEY)
+    assert done.returncode == 0, done.stderr
+    shown = {hit["source"]: hit["snippet"].replace("«", "").replace("»", "") for hit in json.loads(done.stdout)}
+    assert REDACTED_LINE in shown["memory/notes.md"], shown
+    assert not _spelled(done.stdout)
+    assert not _spelled(every_file_bytes(ws / ".hippobot")), "a spelling is in the search index"

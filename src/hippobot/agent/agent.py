@@ -36,7 +36,7 @@ from hippobot.loop.runner import Runner, RunResult
 from hippobot.memory.store import MemoryStore
 from hippobot.messages import Message, ToolCall, scrubbed, unencodable
 from hippobot.providers.model import ModelClient
-from hippobot.redact import redact_exact, redact_secrets
+from hippobot.redact import Redactor
 from hippobot.session.keys import validate_key
 from hippobot.session.manager import SessionManager
 from hippobot.session.model import Session, SessionUsage
@@ -150,10 +150,12 @@ class Agent:
             threshold=defaults.consolidation_threshold,
             ratio=defaults.consolidation_ratio,
         )
-        self._secrets = tuple(settings.secrets())
+        # The one redaction of configured keys and token shapes, for everything that keeps
+        # text: messages, history, memory-file writes, commits, the index, error texts.
+        self.redactor = Redactor(settings.secrets())
         self.read_only = read_only
         self.sessions = SessionManager(JsonlSessionStore(self.workspace, read_only=read_only))
-        self.memory = MemoryStore(self.workspace, known_secrets=self._secrets, read_only=read_only)
+        self.memory = MemoryStore(self.workspace, redactor=self.redactor, read_only=read_only)
         self.files = WorkspaceFiles(
             self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
         )
@@ -228,13 +230,13 @@ class Agent:
     def recall(self) -> RecallIndex:
         from hippobot.recall.embedders import open_index
 
-        return open_index(self.settings)
+        return open_index(self.settings, redactor=self.redactor)
 
     @cached_property
     def git(self) -> GitStore:
         from hippobot.memory.gitstore import GitStore
 
-        return GitStore(self.workspace, secrets=self.settings.secrets())
+        return GitStore(self.workspace, redactor=self.redactor)
 
     @cached_property
     def consolidator(self) -> Consolidator:
@@ -249,7 +251,7 @@ class Agent:
             jobs=self.jobs,
             workspace=self.paths,
             idle_minutes=self.limits.idle_compact_after_minutes,
-            redact=self.redact,
+            redact=self.redactor,
             now=self._now,
         )
 
@@ -264,7 +266,7 @@ class Agent:
             model=self.llm,
             config=self.settings.defaults.dream,
             budget=self.budget,
-            redact=self.redact,
+            redact=self.redactor,
         )
 
     def versioning_state(self) -> str:
@@ -305,6 +307,7 @@ class Agent:
                 workspace=self.paths,
                 project=self.project,
                 recall=self.recall,
+                redactor=self.redactor,
                 # the versioned store (and git) is loaded only when a file is written
                 store_path=lambda rel: self.git.is_store_path(rel),
                 session_key=key,
@@ -355,7 +358,7 @@ class Agent:
         return msg
 
     def redact(self, text: str) -> str:
-        return redact_secrets(redact_exact(text, self._secrets))
+        return self.redactor(text)
 
     def _redact_call(self, call: ToolCall) -> ToolCall:
         """A stored copy of a tool call without secrets in its arguments.

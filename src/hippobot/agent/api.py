@@ -225,10 +225,8 @@ class Api:
         return self._reader
 
     def scrub(self, text: str) -> str:
-        """``text`` without any configured key (output built from older, unredacted data)."""
-        from hippobot.redact import redact_exact
-
-        return redact_exact(text, self.settings.secrets())
+        """``text`` through the agent's redactor (output built from older, unredacted data)."""
+        return self._read().redactor(text)
 
     # --- memory files, history, search ----------------------------------------------------
 
@@ -299,7 +297,7 @@ class Api:
         """Rebuild the search index from the files (it is derived state)."""
         from hippobot.recall.embedders import open_index
 
-        index = open_index(self.settings, auto_sync=False)
+        index = open_index(self.settings, redactor=self._read().redactor, auto_sync=False)
         with _index_errors(index.path):
             stats = index.rebuild()
         return Reindex(index, stats)

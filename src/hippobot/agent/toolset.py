@@ -17,17 +17,16 @@ from hippobot.workspace import MEMORY_DIR, Workspace
 if TYPE_CHECKING:
     from hippobot.config import Settings
     from hippobot.recall.index import RecallIndex
+    from hippobot.redact import Redactor
 
 __all__ = ["build_registry"]
 
 
 def _memory_redactor(
-    secrets: tuple[str, ...], workspace: Workspace, store_path: Callable[[str], bool]
+    redactor: Redactor, workspace: Workspace, store_path: Callable[[str], bool]
 ) -> Callable[[Path, str], str]:
     """Redacts keys from writes to the files the memory history versions (they shape the
     prompt and are kept forever); other files are written as given."""
-    from hippobot.redact import redact_exact, redact_secrets
-
     root = Path(os.path.realpath(workspace.root))
 
     def redact(path: Path, text: str) -> str:
@@ -37,7 +36,7 @@ def _memory_redactor(
             return text
         if not (store_path(rel) or rel.startswith(f"{MEMORY_DIR}/")):
             return text
-        return redact_secrets(redact_exact(text, secrets))
+        return redactor(text)
 
     return redact
 
@@ -48,6 +47,7 @@ def build_registry(
     workspace: Workspace,
     project: Path | None,
     recall: RecallIndex,
+    redactor: Redactor,
     store_path: Callable[[str], bool],
     session_key: str,
     private: Sequence[Path] = (),
@@ -81,7 +81,7 @@ def build_registry(
     registry = ToolRegistry(compact=compact_prompt(settings.defaults.context_window_tokens))
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
-    redact = _memory_redactor(tuple(settings.secrets()), workspace, store_path)
+    redact = _memory_redactor(redactor, workspace, store_path)
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
     if exec_enabled:
         registry.register(

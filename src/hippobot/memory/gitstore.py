@@ -19,9 +19,10 @@ Invariants:
   devices in place of a tracked file are not followed or read (HEAD's version stays).
 * A tracked path ending in ``/`` is a folder: every regular file below it is versioned
   (``skills/``, ``prompts/``), so everything that shapes the prompt can be undone.
-* With ``secrets`` given, a tracked file containing one of them (or its base64/hex form)
-  is rewritten with ``[REDACTED]`` in its place before it is committed: a key never
-  enters the permanent history.
+* With a ``redactor`` given (the agent's), a tracked file holding a configured key (in
+  any of the redactor's spellings) or a well-known token shape is rewritten with
+  ``[REDACTED]`` in its place before it is committed: a key never enters the permanent
+  history.
 * All methods are blocking: call them from async code through ``asyncio.to_thread``.
 
 Diff rendering lives in :mod:`hippobot.memory.gitdiff` and the three-way merge in
@@ -73,6 +74,7 @@ from hippobot.memory.gitdiff import (
 )
 from hippobot.memory.ledger import LEDGER_PATH, RevertedLine, content_lines, serialize
 from hippobot.memory.merge3 import merge3, merge_lines
+from hippobot.redact import Redactor
 from hippobot.safeio import open_fd
 from hippobot.workspace import DREAM_CURSOR, GIT_DIR, GITIGNORE, TRACKED, Workspace
 
@@ -312,14 +314,14 @@ class GitStore:
         *,
         lock_timeout: float = 60.0,
         diff_cap: int = DIFF_CAP,
-        secrets: Sequence[str] = (),
+        redactor: Redactor | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.tracked = tuple(self._check_path(p) for p in tracked)
         self.store_paths = (*self.tracked, GITIGNORE)
         self._files = tuple(p for p in self.store_paths if not p.endswith("/"))
         self._folders = tuple(p for p in self.store_paths if p.endswith("/"))
-        self._secrets = tuple(secrets)
+        self._redact = redactor
         self._paths = Workspace(self.workspace)
         self._lock_path = self._paths.git_lock
         self._lock_timeout = lock_timeout
@@ -513,17 +515,15 @@ class GitStore:
         return snap
 
     def _redacted(self, path: Path, data: bytes) -> bytes:
-        """``data`` without the configured secrets; the file on disk is rewritten to match."""
-        if not self._secrets:
+        """``data`` through the redactor; the file on disk is rewritten to match."""
+        if self._redact is None:
             return data
-        from hippobot.redact import redact_exact, redact_secrets
-
         text = data.decode("utf-8", "surrogateescape")
-        clean = redact_secrets(redact_exact(text, self._secrets))
+        clean = self._redact(text)
         if clean == text:
             return data
         out = clean.encode("utf-8", "surrogateescape")
-        log.warning("removed a configured key from %s before versioning it", path)
+        log.warning("removed a key from %s before versioning it", path)
         with contextlib.suppress(StorageError):
             atomic_write_bytes(path, out)
         return out

@@ -38,7 +38,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -56,7 +56,7 @@ from hippobot.memory.history import (
     strip_think,
 )
 from hippobot.memory.history_reader import HistoryReader, StoreStats
-from hippobot.redact import redact_exact, redact_secrets
+from hippobot.redact import Redactor
 from hippobot.safeio import LinkOutside, NotRegularFile, open_fd, open_regular, read_regular
 from hippobot.workspace import Workspace
 
@@ -109,8 +109,8 @@ def _unsafe_link_is_storage_error() -> Iterator[None]:
 class MemoryStore:
     """File access for a workspace's memory; safe across threads and processes.
 
-    ``known_secrets`` are exact strings (configured API keys) removed from every history
-    entry in addition to the recognised token shapes. ``clock`` gives the local time used
+    ``redactor`` (the agent's: the configured API keys and the recognised token shapes) is
+    applied to every history entry before it is written. ``clock`` gives the local time used
     for new entries' timestamps.
 
     ``read_only`` never writes: no legacy migration (:meth:`legacy_entries` shows what it
@@ -122,7 +122,7 @@ class MemoryStore:
         self,
         workspace: Path,
         *,
-        known_secrets: Iterable[str] = (),
+        redactor: Redactor | None = None,
         clock: Callable[[], datetime] = datetime.now,
         migrate: bool = True,
         read_only: bool = False,
@@ -142,7 +142,7 @@ class MemoryStore:
         self.user_path = paths.user
         self.lock_path = paths.history_lock
         self.stats = StoreStats()
-        self._known_secrets = tuple(known_secrets)
+        self._redact = redactor or Redactor()  # without keys: the token shapes still go
         self._clock = clock
         self._mutex = threading.RLock()
         # Caches of history.jsonl (parsed entries, last cursor); used under _mutex.
@@ -298,7 +298,7 @@ class MemoryStore:
         # Bound the redaction work on huge input; the margin keeps a secret that straddles
         # the final cut whole, so it is recognised and removed rather than half-kept.
         text = text[: max_chars + _REDACT_MARGIN]
-        text = redact_exact(redact_secrets(text), self._known_secrets)
+        text = self._redact(text)
         if len(text) > max_chars:
             if not self._warned_truncation:
                 logger.warning(

@@ -27,6 +27,8 @@ from .embeddings import Embedder, EmbeddingsUnavailableError
 if TYPE_CHECKING:
     import numpy as np
 
+    from hippobot.redact import Redactor
+
     from .index import RecallIndex
 
 __all__ = [
@@ -183,8 +185,11 @@ def semantic_configured(settings: Settings) -> bool:
     return bool(provider) and provider != "off"
 
 
-def open_index(settings: Settings, *, auto_sync: bool = True) -> RecallIndex:
-    """The workspace's recall index with the configured embedder.
+def open_index(
+    settings: Settings, *, redactor: Redactor | None = None, auto_sync: bool = True
+) -> RecallIndex:
+    """The workspace's recall index with the configured embedder; ``redactor`` (the agent's)
+    keeps keys out of it.
 
     An embedder that is configured but cannot be made (extra not installed, bad provider)
     leaves keyword search working: the reason is logged once and returned by
@@ -200,7 +205,7 @@ def open_index(settings: Settings, *, auto_sync: bool = True) -> RecallIndex:
         except EmbeddingsUnavailableError as exc:
             problem = f"semantic recall unavailable, searching by keywords only: {exc}"
     index = RecallIndex(
-        settings.workspace, auto_sync=auto_sync, embedder=embedder, secrets=settings.secrets()
+        settings.workspace, auto_sync=auto_sync, embedder=embedder, redactor=redactor
     )
     if problem:
         index.note_semantic_warning(problem)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hippobot.redact import redact_exact
+from hippobot.redact import Redactor
 from hippobot.workspace import Workspace
 
 from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, VectorScores, VectorStore
@@ -109,12 +109,12 @@ class RecallIndex:
         *,
         auto_sync: bool = True,
         embedder: Embedder | None = None,
-        secrets: Sequence[str] = (),
+        redactor: Redactor | None = None,
     ) -> None:
         self.workspace = Path(workspace)
-        # Configured keys never enter the index nor leave it (search, get), whatever file
-        # they were found in.
-        self._secrets = tuple(secrets)
+        # With the agent's redactor, no key (configured, or of a well-known shape) enters
+        # the index nor leaves it (search, get), whatever file it was found in.
+        self._redactor = redactor
         self.path = Workspace(self.workspace).recall_index
         self.auto_sync = auto_sync
         self._lock = threading.RLock()
@@ -721,7 +721,7 @@ class RecallIndex:
             ev.asks = bool(asks)
 
     def _redact(self, text: str) -> str:
-        return redact_exact(text, self._secrets)
+        return self._redactor(text) if self._redactor is not None else text
 
     def get(
         self,

@@ -35,7 +35,7 @@ _SIMILAR_LINE_CUTOFF = 0.6
 _SIMILAR_LINE_MAX_LINES = 20_000
 
 
-Redactor = Callable[[Path, str], str]
+WriteFilter = Callable[[Path, str], str]  # (path, text) -> the text to write
 FileLock = Callable[[Path], AbstractContextManager[object]]
 _REDACTED_NOTE = " (a secret in it was replaced with [REDACTED])"
 
@@ -49,7 +49,7 @@ def file_tools(
     *,
     max_read_chars: int = 50_000,
     lock: FileLock | None = None,
-    redact: Redactor | None = None,
+    redact: WriteFilter | None = None,
 ) -> list[Tool]:
     """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
     they write passes through ``redact(path, text)``."""
@@ -171,7 +171,7 @@ def _closest_line(text: str, old: str) -> tuple[int, str] | None:
 
 
 def _edit(
-    policy: PathPolicy, path: str, old: str, new: str, replace_all: bool, redact: Redactor | None
+    policy: PathPolicy, path: str, old: str, new: str, replace_all: bool, redact: WriteFilter | None
 ) -> str:
     target = policy.resolve(path, for_write=True)
     raw = _read_bytes(policy, path, target)
