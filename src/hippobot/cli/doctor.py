@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _print_json, _settings, app
+from hippobot.cli._common import JsonOpt, WorkspaceOpt, app, print_json, settings_for
 from hippobot.errors import ConfigError
 
 __all__ = ["doctor"]
@@ -31,7 +31,7 @@ def doctor(
     from hippobot.agent.doctor import Check, run_doctor
 
     try:
-        settings, problem = _settings(workspace), None
+        settings, problem = settings_for(workspace), None
     except ConfigError as exc:
         settings, problem = None, str(exc)
 
@@ -42,7 +42,7 @@ def doctor(
 
     report = asyncio.run(run_doctor(settings, config_error=problem, probe_timeout=timeout, on_check=show))
     if json_out:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     elif not report.ok:
         failed = sum(1 for c in report.checks if c.status == "fail")
         sys.stderr.write(f"error: {failed} check(s) failed; the fix is on each FAIL line\n")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import WorkspaceOpt, _settings, app
+from hippobot.cli._common import WorkspaceOpt, app, settings_for
 
 __all__ = ["import_app"]
 
@@ -28,7 +28,7 @@ def import_nanobot_cmd(
     what is new."""
     from hippobot.migrate.nanobot import import_nanobot
 
-    settings = _settings(workspace)
+    settings = settings_for(workspace)
     home, report = import_nanobot(path, settings)
     sys.stdout.write(
         f"Importing nanobot {home.layout} home {home.root} (workspace {home.workspace})\n"

@@ -10,83 +10,26 @@ that need them, so ``hippobot --help`` and read-only commands start fast.
 
 import asyncio
 import inspect
-import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from hippobot import __version__
+from hippobot.cli._common import (
+    JsonOpt,
+    SessionOpt,
+    WorkspaceOpt,
+    api_for,
+    app,
+    print_json,
+    settings_for,
+)
 from hippobot.errors import HippobotError
 
-if TYPE_CHECKING:
-    from hippobot.agent.api import Api
-    from hippobot.config import Settings
-
 __all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="hippobot",
-    help="A personal AI agent whose memory you can read, search, correct and undo.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-sessions_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
-memory_app = typer.Typer(help="Inspect, search and restore memory.", no_args_is_help=True)
-app.add_typer(sessions_app, name="sessions")
-app.add_typer(memory_app, name="memory")
-
-WorkspaceOpt = Annotated[
-    Path | None,
-    typer.Option("--workspace", "-w", help="Workspace directory (default: ~/.hippobot/workspace)."),
-]
-SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key channel:chat.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-
-def _settings(
-    workspace: Path | None = None, *, model: str | None = None, provider: str | None = None
-) -> "Settings":
-    from hippobot.config import load_settings
-
-    settings = load_settings(workspace=workspace, model=model, provider=provider)
-    if settings.nanobot_workspace is not None:
-        _read_nanobot_in(settings)
-    return settings
-
-
-def _read_nanobot_in(settings: "Settings") -> None:
-    """The configuration named a nanobot workspace: hippobot works in its own and first
-    reads in what nanobot changed there (never writing a byte of nanobot's)."""
-    from hippobot.migrate.nanobot import bring_in, describe_bring_in
-
-    assert settings.nanobot_workspace is not None
-    try:
-        report = bring_in(settings)
-    except (OSError, HippobotError) as exc:  # a bad nanobot file must not stop hippobot
-        logging.getLogger(__name__).warning(
-            "could not read nanobot's workspace %s in (%s); hippobot's own %s is used as it is",
-            settings.nanobot_workspace, exc, settings.workspace,
-        )
-        return
-    line = describe_bring_in(settings.nanobot_workspace, settings.workspace, report)
-    if line:
-        sys.stderr.write(f"hippobot: {line}\n")
-
-
-def _api(settings: "Settings", project: Path | None = None) -> "Api":
-    """The application API every command goes through (reads never write)."""
-    from hippobot.agent.api import Api
-
-    return Api(settings, project=project)
-
-
-def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def _version(value: bool) -> None:
@@ -123,10 +66,10 @@ def onboard(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """
     from hippobot.cli.onboard import onboard as do_onboard
 
-    settings = _settings(workspace)
+    settings = settings_for(workspace)
     result = do_onboard(settings, record=workspace is not None)
     if json_out:
-        _print_json({
+        print_json({
             "workspace": str(settings.workspace), "config": str(settings.config_path),
             "created": [str(p) for p in result.created], "kept": [str(p) for p in result.kept],
             "versioning": result.versioning, "recorded": result.recorded or None,
@@ -162,10 +105,10 @@ def agent(
     from hippobot.cli.chat import interactive, one_shot, piped
     from hippobot.cli.onboard import ensure_workspace
 
-    settings = _settings(workspace, model=model, provider=provider)
+    settings = settings_for(workspace, model=model, provider=provider)
     settings.model_target()  # fail fast, before anything is written
     ensure_workspace(settings.workspace, check_history=False)
-    bot = _api(settings, project)
+    bot = api_for(settings, project)
     media = [str(p) for p in image or []]
     if message is not None:
         code = asyncio.run(one_shot(bot, session, message, media, as_json=json_out))
@@ -181,7 +124,7 @@ def agent(
 @app.command()
 def status(session: SessionOpt = "cli:direct", workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Model, session, tokens used vs budget, pending memory."""
-    report = _api(_settings(workspace)).status(session)
+    report = api_for(settings_for(workspace)).status(session)
     sys.stdout.write((report.to_json() if json_out else report.to_text()) + "\n")
 
 
@@ -194,7 +137,7 @@ def context(
     project: Annotated[Path | None, typer.Option("--project", help="Project directory.")] = None,
 ) -> None:
     """What the model sees: each prompt section with its token count."""
-    report = _api(_settings(workspace), project).context(session)
+    report = api_for(settings_for(workspace), project).context(session)
     sys.stdout.write((report.to_json(full=full) if json_out else report.to_text(full=full)) + "\n")
 
 
@@ -216,7 +159,7 @@ def dream(
     """
     from hippobot.agent.api import SHELL_HINTS
 
-    bot = _api(_settings(workspace))
+    bot = api_for(settings_for(workspace))
 
     async def run() -> Any:
         try:
@@ -234,7 +177,7 @@ def dream(
         stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
         sys.stderr.write(f"[{stamp}] {result.describe(SHELL_HINTS)}\n")
     elif json_out:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     elif result.ok:
         sys.stdout.write(result.describe(SHELL_HINTS) + "\n")
     if not result.ok:
@@ -258,7 +201,7 @@ def serve(
     """
     from hippobot.server.run import run_server
 
-    settings = _settings(workspace)
+    settings = settings_for(workspace)
     settings.model_target()
     run_server(settings, host=host, port=port)
 

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, memory_app
+from hippobot.cli._common import (
+    JsonOpt,
+    WorkspaceOpt,
+    api_for,
+    memory_app,
+    print_json,
+    settings_for,
+)
 
 __all__: list[str] = []
 
@@ -17,9 +24,9 @@ __all__: list[str] = []
 @memory_app.command("show")
 def show(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """Print SOUL.md, USER.md and memory/MEMORY.md."""
-    files = _api(_settings(workspace)).memory_files()
+    files = api_for(settings_for(workspace)).memory_files()
     if json_out:
-        _print_json(files)
+        print_json(files)
         return
     for name, text in files.items():
         sys.stdout.write(f"==> {name} <==\n{text.rstrip() or '(empty)'}\n\n")
@@ -38,10 +45,10 @@ def history(
     memory/history.jsonl and the entries Dream processed, in memory/history.archive.jsonl,
     then the messages of any session still waiting to be archived, and why. With --pending:
     what waits for Dream, and why."""
-    view = _api(_settings(workspace)).history(pending=pending, session=session, limit=limit)
+    view = api_for(settings_for(workspace)).history(pending=pending, session=session, limit=limit)
     entries, waiting = view.entries, view.waiting
     if json_out:
-        _print_json([{**e.to_dict(), "pending": view.pending(e), "waiting": waiting(e.cursor)} for e in entries])
+        print_json([{**e.to_dict(), "pending": view.pending(e), "waiting": waiting(e.cursor)} for e in entries])
         return
     archives = [w.describe() for w in view.archives]  # messages not archived yet, and why
     if not entries:
@@ -80,7 +87,7 @@ def search(
     By words, and by meaning too when recall.embeddings is configured."""
     from hippobot.agent.api import format_explained, format_hits, hits_to_json
 
-    api = _api(_settings(workspace))
+    api = api_for(settings_for(workspace))
     found = api.search(query, k=k, explain=explain)
     hits, left = found.hits, found.unembedded
     if found.warning:
@@ -91,7 +98,7 @@ def search(
             "`hippobot memory reindex` embeds them all\n"
         )
     if json_out:
-        _print_json(json.loads(api.scrub(json.dumps(hits_to_json(hits)))))
+        print_json(json.loads(api.scrub(json.dumps(hits_to_json(hits)))))
         return
     # Also covers an index written before keys were redacted from it.
     text = (format_explained(hits) if explain else format_hits(hits)) if hits else "No matches."
@@ -104,10 +111,10 @@ def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
 
     The index is derived state; with semantic recall configured, every document is embedded
     again."""
-    done = _api(_settings(workspace)).reindex()
+    done = api_for(settings_for(workspace)).reindex()
     stats = done.stats
     if json_out and not done.semantic:
-        _print_json(asdict(stats))
+        print_json(asdict(stats))
         return
     if not json_out:
         sys.stdout.write(f"reindexed: {stats.describe()}\n")
@@ -120,7 +127,7 @@ def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     embedded = done.embed_all(progress)
     warning = done.warning()
     if json_out:
-        _print_json({**asdict(stats), "embedded": embedded, "warning": warning})
+        print_json({**asdict(stats), "embedded": embedded, "warning": warning})
     if warning:
         sys.stderr.write(f"error: {warning}\n")
         raise typer.Exit(1)
@@ -139,9 +146,9 @@ def log(
     The latest change by default, or the commit SHA (a prefix is enough)."""
     from hippobot.agent.api import SHELL_HINTS, commit_json, format_log
 
-    commit = _api(_settings(workspace)).version(sha)
+    commit = api_for(settings_for(workspace)).version(sha)
     if json_out:
-        _print_json(commit_json(commit) if commit else None)
+        print_json(commit_json(commit) if commit else None)
         return
     sys.stdout.write(format_log(commit, SHELL_HINTS) + "\n")
 
@@ -167,16 +174,16 @@ def restore(
         restore_json,
     )
 
-    api = _api(_settings(workspace))
+    api = api_for(settings_for(workspace))
     if sha is None:
         found = api.versions()
         if json_out:
-            _print_json([commit_json(v) for v in found])
+            print_json([commit_json(v) for v in found])
         else:
             sys.stdout.write(format_versions(found, SHELL_HINTS) + "\n")
         return
     result = api.restore(sha)
     if json_out:
-        _print_json(restore_json(result))
+        print_json(restore_json(result))
     else:
         sys.stdout.write(format_restore(result, sha) + "\n")

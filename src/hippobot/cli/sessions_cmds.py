@@ -9,7 +9,14 @@ from typing import Annotated, Any
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, sessions_app
+from hippobot.cli._common import (
+    JsonOpt,
+    WorkspaceOpt,
+    api_for,
+    print_json,
+    sessions_app,
+    settings_for,
+)
 from hippobot.errors import UserError
 from hippobot.messages import Message, public_text
 
@@ -45,10 +52,10 @@ def list_sessions(
     show_all: Annotated[bool, typer.Option("--all", help="Include nanobot's internal Dream sessions.")] = False,
 ) -> None:
     """List conversations, newest first."""
-    found = _api(_settings(workspace)).sessions(include_internal=show_all)
+    found = api_for(settings_for(workspace)).sessions(include_internal=show_all)
     infos, hidden = found.shown, found.hidden
     if json_out:
-        _print_json([{**asdict(i), "path": str(i.path)} for i in infos])
+        print_json([{**asdict(i), "path": str(i.path)} for i in infos])
         return
     if not infos and not hidden:
         sys.stdout.write("No sessions yet. Start one with `hippobot agent`.\n")
@@ -71,13 +78,13 @@ def show_session(
     last: Annotated[int, typer.Option("--last", help="Only the last N messages (0 = all).")] = 0,
 ) -> None:
     """Show a conversation (runtime metadata stripped)."""
-    session = _api(_settings(workspace)).session(key)
+    session = api_for(settings_for(workspace)).session(key)
     fresh = min(session.fresh_start, len(session.messages))
     items = public_messages(session.messages)
     if last > 0:
         items = items[-last:]
     if json_out:
-        _print_json({
+        print_json({
             "key": session.key, "created_at": session.created_at, "updated_at": session.updated_at,
             "last_consolidated": session.last_consolidated, "fresh_start": fresh, "messages": items,
         })
@@ -119,8 +126,8 @@ def delete_session(
         if not sys.stdin.isatty():
             raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")
         typer.confirm(f"Delete session {key}?", abort=True)
-    asyncio.run(_api(_settings(workspace)).delete_session(key))
+    asyncio.run(api_for(settings_for(workspace)).delete_session(key))
     if json_out:
-        _print_json({"deleted": key})
+        print_json({"deleted": key})
         return
     sys.stdout.write(f"deleted {key}\n")

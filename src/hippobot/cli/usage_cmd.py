@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hippobot.cli.main import JsonOpt, WorkspaceOpt, _api, _print_json, _settings, app
+from hippobot.cli._common import JsonOpt, WorkspaceOpt, api_for, app, print_json, settings_for
 
 
 @app.command()
@@ -22,8 +22,8 @@ def usage(
     reported them."""
     from hippobot.agent.api import format_table
 
-    rows, path = _api(_settings(workspace)).usage(days)
+    rows, path = api_for(settings_for(workspace)).usage(days)
     if json_out:
-        _print_json({"ledger": str(path), "rows": [r.to_dict() for r in rows]})
+        print_json({"ledger": str(path), "rows": [r.to_dict() for r in rows]})
     else:
         sys.stdout.write(format_table(rows, path=path) + "\n")

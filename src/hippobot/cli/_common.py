@@ -1,0 +1,97 @@
+"""What every ``hippobot`` command module shares: the command groups, the common options
+and the settings/API helpers.
+
+``cli/main.py`` and each ``*_cmd(s).py`` module import this one and never each other's
+commands (main imports the command modules only to register them), so the CLI has no
+import cycle.
+"""
+
+# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hippobot.errors import HippobotError
+
+if TYPE_CHECKING:
+    from hippobot.agent.api import Api
+    from hippobot.config import Settings
+
+__all__ = [
+    "JsonOpt",
+    "SessionOpt",
+    "WorkspaceOpt",
+    "api_for",
+    "app",
+    "memory_app",
+    "print_json",
+    "sessions_app",
+    "settings_for",
+]
+
+app = typer.Typer(
+    name="hippobot",
+    help="A personal AI agent whose memory you can read, search, correct and undo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+sessions_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
+memory_app = typer.Typer(help="Inspect, search and restore memory.", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(memory_app, name="memory")
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option("--workspace", "-w", help="Workspace directory (default: ~/.hippobot/workspace)."),
+]
+SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key channel:chat.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def settings_for(
+    workspace: Path | None = None, *, model: str | None = None, provider: str | None = None
+) -> "Settings":
+    """The settings of this run (file < env < flags)."""
+    from hippobot.config import load_settings
+
+    settings = load_settings(workspace=workspace, model=model, provider=provider)
+    if settings.nanobot_workspace is not None:
+        _read_nanobot_in(settings)
+    return settings
+
+
+def _read_nanobot_in(settings: "Settings") -> None:
+    """The configuration named a nanobot workspace: hippobot works in its own and first
+    reads in what nanobot changed there (never writing a byte of nanobot's)."""
+    from hippobot.migrate.nanobot import bring_in, describe_bring_in
+
+    assert settings.nanobot_workspace is not None
+    try:
+        report = bring_in(settings)
+    except (OSError, HippobotError) as exc:  # a bad nanobot file must not stop hippobot
+        logging.getLogger(__name__).warning(
+            "could not read nanobot's workspace %s in (%s); hippobot's own %s is used as it is",
+            settings.nanobot_workspace, exc, settings.workspace,
+        )
+        return
+    line = describe_bring_in(settings.nanobot_workspace, settings.workspace, report)
+    if line:
+        sys.stderr.write(f"hippobot: {line}\n")
+
+
+def api_for(settings: "Settings", project: Path | None = None) -> "Api":
+    """The application API every command goes through (reads never write)."""
+    from hippobot.agent.api import Api
+
+    return Api(settings, project=project)
+
+
+def print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
