@@ -34,7 +34,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("migrate/nanobot.py", name): "git's own layout, read without git (nanobot's repository)"
        for name in ("HEAD", "packed-refs", "refs", "objects", "pack", "*.idx")},
     **{(module, "templates"): "package data (importlib.resources), not a workspace path"
-       for module in ("cli/onboard.py", "context/loader.py", "migrate/nanobot.py")},
+       for module in ("agent/onboarding.py", "context/loader.py", "migrate/nanobot.py")},
     ("context/skills.py", "skills"): "the skills shipped in the package",
     ("cli/import_cmd.py", "~/.nanobot"): "the --help default of `hippobot import nanobot`",
     ("errors.py", "~/.hippobot/config.json"): "wording of a message (callers pass the path)",

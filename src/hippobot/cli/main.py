@@ -102,8 +102,8 @@ def agent(
     json_out: Annotated[bool, typer.Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
     """Chat with the agent, or send one message with -m."""
+    from hippobot.agent.onboarding import ensure_workspace
     from hippobot.cli.chat import interactive, one_shot, piped
-    from hippobot.cli.onboard import ensure_workspace
 
     settings = settings_for(workspace, model=model, provider=provider)
     settings.model_target()  # fail fast, before anything is written

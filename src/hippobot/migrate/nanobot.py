@@ -592,7 +592,7 @@ def import_nanobot(source: Path, settings: Settings) -> tuple[NanobotHome, Impor
     _import_git(home, target, report)
     _import_workspace_files(home, target, report)
     _import_sessions(home, target, report)
-    from hippobot.cli.onboard import ensure_workspace
+    from hippobot.agent.onboarding import ensure_workspace
     from hippobot.memory.gitstore import GitStore
 
     ensure_workspace(target)

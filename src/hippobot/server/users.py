@@ -277,7 +277,7 @@ async def request_agent(request: Request) -> Agent:
 def _initialise(workspace: Path) -> None:
     """Folders, template files and the versions repository, as ``hippobot onboard``
     (a history that cannot be started is logged there; the chat still works)."""
-    from hippobot.cli.onboard import ensure_workspace
+    from hippobot.agent.onboarding import ensure_workspace
 
     workspace.mkdir(parents=True, exist_ok=True)
     ensure_workspace(workspace)
