@@ -118,17 +118,8 @@ class Consolidator:
         return estimate >= budget.trigger_for(self.overhead(session))
 
     def idle_due(self, session: Session, now: datetime | None = None) -> bool:
-        minutes = self.idle_minutes
-        if minutes <= 0 or session.replay_start >= len(session.messages):
-            return False
-        try:
-            updated = datetime.fromisoformat(session.updated_at)
-        except (TypeError, ValueError):
-            return False
-        now = now or self.now()
-        if updated.tzinfo is None:
-            updated = updated.astimezone()
-        return (now - updated).total_seconds() >= minutes * 60
+        """Whether the session has replayed messages and was idle for ``idle_minutes``."""
+        return _idle(session, self.idle_minutes, now or self.now())
 
     # --- entry points -----------------------------------------------------------------
 
@@ -258,17 +249,14 @@ class Consolidator:
 
     def repair(self, session: Session) -> None:
         """Fast-forward the pointer past a slice already archived by an interrupted run."""
-        entries = self.memory.read_history(session_key=session.key)
-        for entry in reversed(entries):
+        entry = _archived_past_pointer(session, self.memory.read_history(session_key=session.key))
+        if entry is not None and entry.source is not None:
             src = entry.source
-            if src is not None and src.session == session.key:
-                if session.last_consolidated < src.end <= len(session.messages):
-                    log.warning(
-                        "session %s: history#%d already archives messages %d-%d; moving the "
-                        "pointer past them", session.key, entry.cursor, src.start, src.end - 1,
-                    )
-                    session.last_consolidated = src.end
-                break
+            log.warning(
+                "session %s: history#%d already archives messages %d-%d; moving the pointer "
+                "past them", session.key, entry.cursor, src.start, src.end - 1,
+            )
+            session.last_consolidated = src.end
 
     async def _archive(
         self, session: Session, start: int, end: int, guard: TurnGuard, kind: str,
@@ -324,6 +312,29 @@ class Consolidator:
             session.archive_failure = None  # what failed is archived now
         if moved or settled:
             await self.sessions.save_meta(session)
+
+
+def _idle(session: Session, minutes: float, now: datetime) -> bool:
+    if minutes <= 0 or session.replay_start >= len(session.messages):
+        return False
+    try:
+        updated = datetime.fromisoformat(session.updated_at)
+    except (TypeError, ValueError):
+        return False
+    if updated.tzinfo is None:
+        updated = updated.astimezone()
+    return (now - updated).total_seconds() >= minutes * 60
+
+
+def _archived_past_pointer(session: Session, entries: list[HistoryEntry]) -> HistoryEntry | None:
+    """The session's newest history entry, when it archives messages the pointer has not
+    passed yet (a run stopped between appending the entry and moving the pointer)."""
+    for entry in reversed(entries):
+        src = entry.source
+        if src is not None and src.session == session.key:
+            fits = session.last_consolidated < src.end <= len(session.messages)
+            return entry if fits else None
+    return None
 
 
 class _ArchiveLocks:
