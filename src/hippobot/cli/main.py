@@ -29,7 +29,7 @@ from hippobot.cli._common import (
 )
 from hippobot.errors import HippobotError
 
-__all__ = ["app", "main"]
+__all__ = ["_doctor", "_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd", "app", "main"]
 
 
 def _version(value: bool) -> None:
@@ -206,13 +206,13 @@ def serve(
     run_server(settings, host=host, port=port)
 
 
-from hippobot.cli import doctor as _doctor  # noqa: E402  (registers commands)
+# The command modules register their commands on `app` as they are imported; after the
+# commands above, which `--help` lists first (in the order they are registered).
+from hippobot.cli import doctor as _doctor  # noqa: E402
 from hippobot.cli import import_cmd as _import_cmd  # noqa: E402
 from hippobot.cli import memory_cmds as _memory_cmds  # noqa: E402
 from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 from hippobot.cli import usage_cmd as _usage_cmd  # noqa: E402
-
-__all__ += ["_doctor", "_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd"]
 
 
 def _summary(text: str | None) -> str | None:

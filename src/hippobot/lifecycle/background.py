@@ -70,10 +70,3 @@ class BackgroundJobs:
             for key, task in list(self._tasks.items()):
                 if task.done():
                     self._tasks.pop(key, None)
-
-    async def cancel_all(self) -> None:
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()

@@ -86,7 +86,6 @@ class RunResult:
     usage: Usage | None = None
     tool_calls: int = 0
     requests: int = 0
-    total_prompt_tokens: int = 0
     stopped: str | None = None  # "max_iterations" when the cap was hit
     messages: list[Message] = field(default_factory=list)
     total_usage: Usage = field(default_factory=Usage)  # summed over every model call
@@ -137,7 +136,6 @@ class Runner:
             result.requests += 1
             if response.usage is not None:
                 result.usage = response.usage
-                result.total_prompt_tokens += response.usage.prompt_tokens
                 result.total_usage = _add(result.total_usage, response.usage)
             if not response.tool_calls:
                 result.finish_reason = response.finish_reason

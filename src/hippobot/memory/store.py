@@ -275,15 +275,6 @@ class MemoryStore:
         """How many history entries a Dream has not processed yet."""
         return len(self.read_history(after=self.dream_cursor()))
 
-    def refresh_cursors(self) -> None:
-        """Forget cached file state so the next call reads from disk.
-
-        Cursor files are never cached; only the history caches are dropped. Needed only
-        when ``history.jsonl`` may have changed in a way its inode, size and mtime hide.
-        """
-        with self._mutex:
-            self._history.forget()
-
     def _max_cursor_in_file(self) -> int:
         with self._mutex:
             return max((e.cursor for e in self._history.entries()), default=0)

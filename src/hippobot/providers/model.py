@@ -155,11 +155,6 @@ class ModelClient:
             return None
         return EndpointGate(Home(self.home).endpoint(endpoint_key(base)))
 
-    @property
-    def serial(self) -> bool:
-        """Whether requests go one at a time (known once the provider exists)."""
-        return self._gate is not None
-
     def chat_turn(self) -> AbstractAsyncContextManager[None]:
         """Hold a chat turn's claim on a one-at-a-time endpoint: background requests of the
         home wait until the block ends (nothing happens for other endpoints)."""
@@ -167,10 +162,6 @@ class ModelClient:
         if self._gate is None:
             return contextlib.nullcontext()
         return self._gate.chat_turn()
-
-    @property
-    def provider_created(self) -> Provider | None:
-        return self._provider
 
     def use(self, provider: Provider) -> None:
         """Talk through ``provider`` from now on (tests: a client with its own timeout)."""

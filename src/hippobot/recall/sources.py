@@ -395,9 +395,6 @@ class FileState:
     next_num: int
     last_ts: float | None
 
-    def unchanged(self, st: os.stat_result) -> bool:
-        return (st.st_size, st.st_mtime_ns, st.st_ino) == (self.size, self.mtime_ns, self.inode)
-
 
 def digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
