@@ -12,7 +12,7 @@ import pytest
 
 from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
-from hippobot.errors import ProviderError
+from hippobot.errors import ProviderError, UserError
 from hippobot.loop.events import ToolStarted
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
 from hippobot.session.keys import key_to_relpath
@@ -228,3 +228,28 @@ async def test_a_malformed_tool_call_line_is_set_aside_and_the_chat_goes_on(
     sent = json.dumps(scripted_model.requests[-1].messages)
     assert "I like tea" in sent and '"tool_calls": [5]' not in sent and '"tool_call_id": 7' not in sent
     assert bad_line in [json.loads(x) for x in path.with_name(path.name + ".corrupt").read_text().splitlines()]
+
+
+async def test_a_message_is_checked_once_whether_a_command_or_a_turn(
+    make_agent, scripted_model, monkeypatch
+):
+    """The size and encoding check runs once per message: for a command in the Api, for a
+    model turn in Agent.turn (it ran in both before)."""
+    agent = make_agent(max_message_chars=40)
+    checked: list[str] = []
+    real_check = agent.check_message
+
+    def check(text: str) -> None:
+        checked.append(text)
+        real_check(text)
+
+    monkeypatch.setattr(agent, "check_message", check)
+    api = Api.for_agent(agent)
+    scripted_model.reply("Hello.").reply("It is a path.")
+    assert (await api.handle("cli:direct", "hi")).reply == "Hello."
+    assert "scripted-model" in (await api.handle("cli:direct", "/status")).reply
+    assert (await api.handle("cli:direct", "/etc/hosts is a file")).reply == "It is a path."
+    assert checked == ["hi", "/status", "/etc/hosts is a file"]
+    for too_long in ("/status " + "x" * 50, "y" * 50):  # still refused either way
+        with pytest.raises(UserError, match="maxMessageChars"):
+            await api.handle("cli:direct", too_long)

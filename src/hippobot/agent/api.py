@@ -398,11 +398,10 @@ class Api:
         model turn (the CLI chat, ``agent -m`` and ``serve`` all come through here)."""
         validate_key(key)
         agent = self.agent
-        agent.check_message(text)
-        if is_command(text, media):
-            reply = await self._router.dispatch(key, text.strip())
-            if reply is not None:
-                return TurnResult(reply=reply, command=True)
+        command = self._router.parse(text) if is_command(text, media) else None
+        if command is not None:
+            agent.check_message(text)  # a model turn's message is checked by Agent.turn
+            return TurnResult(reply=await self._router.run(key, command), command=True)
         return await agent.turn(
             key, text, media=media, on_event=on_event, max_tokens=max_tokens, stop=stop
         )

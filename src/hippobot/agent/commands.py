@@ -74,12 +74,16 @@ class CommandRouter:
             "usage": lambda key, arg: target.chat_usage(),
         }
 
-    async def dispatch(self, key: str, text: str) -> str | None:
-        """Handle ``text`` if it is a command; ``None`` means it is a message for the model."""
+    def parse(self, text: str) -> tuple[str, str] | None:
+        """``(name, argument)`` when ``text`` is a command; ``None``: a message for the model."""
         m = _COMMAND.match(text.strip())
         if m is None:
             return None
-        name, arg = m.group(1).lower(), (m.group(2) or "").strip()  # /NEW is /new
+        return m.group(1).lower(), (m.group(2) or "").strip()  # /NEW is /new
+
+    async def run(self, key: str, command: tuple[str, str]) -> str:
+        """The chat text answering a parsed command (an unknown name gets a pointer to /help)."""
+        name, arg = command
         if name not in _NAMES:
             return f"Unknown command /{name}. Type /help to see the commands."
         return await self._handlers[name](key, arg)
