@@ -26,6 +26,13 @@ server could no longer accept, open a session file or call the model.
   running) is the newcomer refused.
 
 Shutdown needs nothing extra: uvicorn closes connections that have no request in progress.
+
+uvicorn has no public hook for any of this: ``timeout_keep_alive`` runs only between
+requests (and any byte resets it), ``limit_concurrency`` answers ``503`` only once a
+request's headers are in, and an ASGI middleware sees nothing before that. So the guard
+subclasses uvicorn's ``H11Protocol``, whose internals are not an API: ``pyproject.toml``
+pins uvicorn to the releases ``tests/server/test_uvicorn_contract.py`` checked, and
+:func:`guarded_protocol` refuses to start on one without the methods it overrides.
 """
 
 from __future__ import annotations
@@ -36,7 +43,10 @@ import resource
 import time
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from hippobot.errors import HippobotError
 
 __all__ = ["connection_limit", "guarded_protocol", "raise_fd_limit"]
 
@@ -87,10 +97,40 @@ def connection_limit(wanted: int) -> int:
     return max(8, min(wanted, (soft - 64) // 2))
 
 
+# What GuardedH11Protocol overrides; a release that renames one would silently drop a limit.
+OVERRIDDEN = ("connection_made", "connection_lost", "data_received", "handle_events",
+              "on_response_complete")
+# What it reads: on the protocol (conn, an h11.Connection; connections, the server's open
+# ones; transport; loop; cycle) and on a request cycle (response_started).
+PROTOCOL_ATTRIBUTES = ("conn", "connections", "transport", "loop", "cycle")
+
+
+def check_uvicorn() -> None:
+    """A HippobotError when the installed uvicorn lacks a method the guard overrides."""
+    missing = [name for name in OVERRIDDEN if not callable(getattr(H11Protocol, name, None))]
+    if missing:
+        raise HippobotError(
+            f"uvicorn {uvicorn.__version__} has no H11Protocol.{', H11Protocol.'.join(missing)}, "
+            f"which hippobot serve's connection limits extend: pip install '{_pinned_uvicorn()}'"
+        )
+
+
+def _pinned_uvicorn() -> str:
+    """The uvicorn requirement hippobot was installed with (pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        wanted = [r for r in requires("hippobot") or [] if r.replace(" ", "").startswith("uvicorn")]
+    except PackageNotFoundError:
+        wanted = []
+    return wanted[0].replace(" ", "") if wanted else "uvicorn"
+
+
 def guarded_protocol(
     max_connections: int, header_timeout: float, body_timeout: float = 30.0
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the module docstring's limits (pass as ``http=``)."""
+    check_uvicorn()
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
