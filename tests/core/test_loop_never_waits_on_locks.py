@@ -80,7 +80,9 @@ async def test_healthz_answers_at_once_while_another_process_holds_every_lock(
                 slowest = max(slowest, time.perf_counter() - started)
                 assert answer.status_code == 200
                 await asyncio.sleep(0.05)
-            assert slowest < 0.1, f"/healthz took {slowest * 1000:.0f} ms: the event loop was blocked"
+            # a loop blocked on one of those locks would answer only once the holder lets go
+            # (never, here); a second covers a busy machine's scheduling, not a blocked wait
+            assert slowest < 1.0, f"/healthz took {slowest * 1000:.0f} ms: the event loop was blocked"
             assert not any(t.done() for t in waiting[:3]), "a request did not wait for its lock"
 
             holder.stdin.close()  # let go of every lock: everything that waited completes
