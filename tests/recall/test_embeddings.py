@@ -187,15 +187,48 @@ def test_explain_shows_each_part_of_the_score(ws: Workspace) -> None:
     assert semantic_only.explain is not None and semantic_only.explain["bm25"] is None
 
 
+def test_a_reply_means_what_it_answers(ws: Workspace) -> None:
+    # "Yes, two of them!" says nothing alone; after "Do you have a dog?" it is about pets.
+    ws.add_message("cli:direct", "user", "Do you have a dog?")
+    ws.add_message("cli:direct", "assistant", "Yes, two of them!")
+    ws.add_message("cli:direct", "user", "Is it going to be wet tomorrow?")
+    ws.add_history(1, "- Bought a new automobile in March")
+    index = RecallIndex(ws.root, embedder=ConceptEmbedder())
+    try:
+        index.embed_pending()
+        hits = {h.citation: h for h in index.search("puppy", explain=True)}
+    finally:
+        index.close()
+
+    def similarity(citation: str) -> float:
+        explain = hits[citation].explain
+        assert explain is not None and explain["similarity"] is not None
+        return float(explain["similarity"])
+
+    assert similarity("session cli:direct#1") > 0.1
+    # Only the one message before counts: the next message (after the reply) is not about
+    # pets, nor is the history entry; and the question itself still ranks first.
+    assert similarity("session cli:direct#2") == 0.0
+    assert similarity("history#1") == 0.0
+    assert hits["session cli:direct#0"].score > hits["session cli:direct#1"].score
+
+
+def _worded(words: float, meaning: float | None = None) -> Evidence:
+    """A message holding that share of the query's words (BM25's ``words`` and ``cover``
+    say it alike for a message alone)."""
+    return Evidence(1, "session", words=words, cover=words, cover_near=words, cover_wide=words,
+                    meaning=meaning)  # fmt: skip
+
+
 def test_evidence_of_words_and_meaning_together_outranks_either_alone() -> None:
     def score(words: float, meaning: float | None) -> float:
-        return relevance(Evidence(1, "session", words=words, meaning=meaning), HYBRID)
+        return relevance(_worded(words, meaning), HYBRID)
 
     both, words_only, meaning_only = score(0.6, 3.0), score(0.6, 0.0), score(0.0, 3.0)
     assert both > max(words_only, meaning_only)
     assert min(words_only, meaning_only) > 0.0 and both < 1.0
     # Without vectors the order is the order of the word evidence.
-    ranked = sorted([0.2, 0.9, 0.5], key=lambda w: -relevance(Evidence(1, "session", words=w), KEYWORD))
+    ranked = sorted([0.2, 0.9, 0.5], key=lambda w: -relevance(_worded(w), KEYWORD))
     assert ranked == [0.9, 0.5, 0.2]
 
 

@@ -36,10 +36,12 @@ __all__ = [
     "FillStats",
     "VectorScores",
     "VectorStore",
+    "embedding_text",
 ]
 
 _FILL_BATCH = 32
 _MAX_EMBED_CHARS = 2_000  # small embedding models read ~512 tokens; the head carries the gist
+_PREVIOUS_CHARS = 600  # of the message before, embedded ahead of a session message
 
 EMBEDDINGS_TABLE = """
 CREATE TABLE IF NOT EXISTS embeddings(
@@ -77,6 +79,14 @@ class FillStats:
     embedded: int = 0
     pending: int = 0  # documents still without a vector after this call
     dropped: int = 0  # stale vectors (other model, wrong size) removed
+
+
+def embedding_text(text: str, previous: str | None) -> str:
+    """What is embedded for a document: its text, after the end of the message before it
+    when it is a session message with one."""
+    if not previous:
+        return text
+    return f"{previous[-_PREVIOUS_CHARS:]}\n{text}"
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -123,28 +133,38 @@ class VectorStore:
         )
         return cur.rowcount or 0
 
-    def next_batch(self, conn: sqlite3.Connection, limit: int) -> list[tuple[int, str]]:
-        """Up to ``limit`` ``(id, text)`` of documents without a vector, newest first."""
-        return [
-            (int(i), str(t))
-            for i, t in conn.execute(
-                "SELECT d.id, t.text FROM docs d JOIN texts t ON t.id = d.id "
-                "LEFT JOIN embeddings e ON e.id = d.id WHERE e.id IS NULL "
-                "ORDER BY coalesce(d.ts, 0) DESC, d.id DESC LIMIT ?",
-                (limit,),
-            )
-        ]
+    def next_batch(self, conn: sqlite3.Connection, limit: int) -> list[tuple[int, str, str]]:
+        """Up to ``limit`` documents without a vector, newest first, as ``(id, text, what
+        to embed)``.
 
-    def embed(self, batch: Sequence[tuple[int, str]]) -> list[tuple[int, str, bytes]]:
+        A session message is embedded after the message before it in its conversation
+        (its last ``_PREVIOUS_CHARS``): a reply such as "Yes, last Saturday!" means what
+        it answers, and that is what a question about it will be close to.
+        """
+        rows = conn.execute(
+            "SELECT d.id, t.text, CASE WHEN f.kind = 'session' THEN ("
+            "  SELECT pt.text FROM docs p JOIN texts pt ON pt.id = p.id"
+            "  WHERE p.file_id = d.file_id AND p.num < d.num ORDER BY p.num DESC LIMIT 1"
+            ") END FROM docs d JOIN texts t ON t.id = d.id JOIN files f ON f.id = d.file_id "
+            "LEFT JOIN embeddings e ON e.id = d.id WHERE e.id IS NULL "
+            "ORDER BY coalesce(d.ts, 0) DESC, d.id DESC LIMIT ?",
+            (limit,),
+        )
+        return [(int(i), str(t), embedding_text(str(t), p)) for i, t, p in rows]
+
+    def embed(self, batch: Sequence[tuple[int, str, str]]) -> list[tuple[int, str, bytes]]:
         """Vectors for a batch (slow: runs without any database lock held)."""
-        texts = [text[:_MAX_EMBED_CHARS] or " " for _, text in batch]
+        texts = [embedded[:_MAX_EMBED_CHARS] or " " for _, _, embedded in batch]
         vectors = _unit_rows(self.embedder.embed_documents(texts))
         if vectors.shape != (len(batch), self.embedder.dim):
             raise EmbeddingsUnavailableError(
                 f"embedder {self.embedder.name} returned vectors of shape {vectors.shape}, "
                 f"expected ({len(batch)}, {self.embedder.dim})"
             )
-        return [(doc_id, text, vec.tobytes()) for (doc_id, text), vec in zip(batch, vectors, strict=True)]
+        return [
+            (doc_id, text, vec.tobytes())
+            for (doc_id, text, _), vec in zip(batch, vectors, strict=True)
+        ]
 
     def store(self, conn: sqlite3.Connection, rows: Sequence[tuple[int, str, bytes]]) -> int:
         """Insert vectors whose document still holds the embedded text (inside a transaction).

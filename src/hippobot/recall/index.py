@@ -37,6 +37,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ from hippobot.redact import Redactor
 from hippobot.workspace import Workspace
 
 from .embeddings import Embedder, EmbeddingsUnavailableError, FillStats, VectorScores, VectorStore
+from .periods import Period, named_periods
 from .query import (
     FTS_TABLES,
     Hit,
@@ -54,6 +56,7 @@ from .query import (
     expand_citation,
     load_hits,
     match_expression,
+    name_words,
     owner_clause,
     owner_filter,
     parse_citation,
@@ -78,6 +81,9 @@ _CANDIDATES = 200
 _POOL = 50
 _ENOUGH = 10  # common terms only: documents with all of them before any-term ones are read
 _NEIGHBOURS = 20  # the best candidates by words (and by meaning) whose neighbours join
+_JOIN = 1  # ... the messages this close to them
+_WINDOW = 3  # messages either side whose words count in ``cover_wide``
+_CONTEXT = 2  # messages either side whose meaning counts in ``context``
 _SCOPE_KINDS: dict[str, tuple[str, ...]] = {
     "all": ("memory", "history", "session"),
     "history": ("history",),
@@ -410,12 +416,15 @@ class RecallIndex:
         if self._vectors is not None and semantic:
             qvec = vector if vector is not None else self._query_vector(query)
         clock = time.time() if now is None else now
+        periods = named_periods(query, clock)
 
         def run() -> list[Hit]:
             self._auto_sync()
-            found = self._gather(parsed, qvec, max(k, _POOL), scope, session_key,
-                                 include_other_sessions, clock)  # fmt: skip
-            weights = HYBRID if qvec is not None else KEYWORD
+            found, by_meaning = self._gather(parsed, qvec, max(k, _POOL), scope, session_key,
+                                             include_other_sessions, clock, periods)  # fmt: skip
+            # Without a vector in scope (none made yet) the hybrid weights would read every
+            # candidate as meaning nothing: rank by the keyword weights instead.
+            weights = HYBRID if by_meaning else KEYWORD
             for ev in found:
                 ev.score = relevance(ev, weights)
             best = _trim(sorted(found, key=lambda e: (-e.score, -e.doc_id)), min_score)[:k]
@@ -448,11 +457,12 @@ class RecallIndex:
         parsed = parse_query(query)
         qvec = self._query_vector(query) if self._vectors is not None else None
         clock = time.time() if now is None else now
+        periods = named_periods(query, clock)
 
         def run() -> list[tuple[Evidence, str]]:
             self._auto_sync()
-            found = self._gather(parsed, qvec, pool, scope, session_key,
-                                 include_other_sessions, clock)  # fmt: skip
+            found, _ = self._gather(parsed, qvec, pool, scope, session_key,
+                                    include_other_sessions, clock, periods)  # fmt: skip
             hits = load_hits(self._db, [(e.doc_id, 0.0) for e in found], parsed, session_key)
             return [(e, h.citation) for e, h in zip(found, hits, strict=True)]
 
@@ -467,15 +477,16 @@ class RecallIndex:
         session_key: str | None,
         include_other: bool,
         now: float,
-    ) -> list[Evidence]:
-        found = self._keyword_search(parsed, pool, scope, session_key, include_other)
+        periods: list[Period],
+    ) -> tuple[list[Evidence], bool]:
+        """Every candidate with its evidence, and whether it includes meaning (vectors)."""
+        found, matches = self._keyword_search(parsed, pool, scope, session_key, include_other)
         scores = None
         if qvec is not None:
             scores = self._add_meaning(found, qvec, pool, scope, session_key, include_other)
-        if "session" in _SCOPE_KINDS[scope]:
-            self._add_context(found, scores)
-        self._add_facts(found, now)
-        return list(found.values())
+        self._add_neighbours(found, scores, matches)
+        self._add_facts(found, now, parsed, periods)
+        return list(found.values()), scores is not None
 
     def _query_vector(self, query: str) -> Any:
         assert self._vectors is not None
@@ -502,7 +513,7 @@ class RecallIndex:
         def begin() -> None:
             self._db.execute("BEGIN IMMEDIATE")
 
-        def first() -> list[tuple[int, str]]:
+        def first() -> list[tuple[int, str, str]]:
             self._auto_sync()
             begin()
             try:
@@ -521,7 +532,7 @@ class RecallIndex:
                 self._embedding_failed(exc)
                 break
 
-            def save(rows: list[tuple[int, str, bytes]] = rows) -> list[tuple[int, str]]:
+            def save(rows: list[tuple[int, str, bytes]] = rows) -> list[tuple[int, str, str]]:
                 begin()
                 try:
                     stats.embedded += store.store(self._db, rows)
@@ -543,33 +554,40 @@ class RecallIndex:
         scope: str,
         session_key: str | None,
         include_other: bool,
-    ) -> dict[int, Evidence]:
-        """Up to ``pool`` candidates per kind with their word evidence; the terms are
-        retried as prefixes when nothing matches them as words ("sqlite" → "sqlite3")."""
+    ) -> tuple[dict[int, Evidence], dict[str, list[_TermMatches]]]:
+        """Up to ``pool`` candidates per kind with their word evidence, and per kind which
+        documents hold each term; the terms are retried as prefixes when nothing matches
+        them as words ("sqlite" → "sqlite3")."""
         if not parsed:
-            return {}
+            return {}, {}
         for prefix in (False, True):
             found: dict[int, Evidence] = {}
+            matches: dict[str, list[_TermMatches]] = {}
             for kind in _SCOPE_KINDS[scope]:
                 owners = owner_filter(kind, session_key, include_other)
-                for ev in self._kind_candidates(kind, parsed, owner_clause(owners), pool, prefix):
+                evs, matches[kind] = self._kind_candidates(
+                    kind, parsed, owner_clause(owners), pool, prefix
+                )
+                for ev in evs:
                     found[ev.doc_id] = ev
             if found or parsed.only_stopwords:
-                return found
-        return {}
+                return found, matches
+        return {}, {}
 
     def _kind_candidates(
         self, kind: str, parsed: ParsedQuery, owners: str, pool: int, prefix: bool
-    ) -> list[Evidence]:
+    ) -> tuple[list[Evidence], list[_TermMatches]]:
         """The best ``pool`` documents of one kind by BM25, in bounded work.
 
-        Each term is probed first (its newest ``_RARE_MAX + 1`` matches). When some terms
+        Each term is probed first (up to ``_RARE_MAX + 1`` of its matches). When some terms
         are rare (at most ``_RARE_MAX`` matches), every document holding one of them is
         ranked by BM25 over all the terms; the rare terms are then named twice in the
         MATCH expression, which doubles their weight (they carry the meaning). When every
         term is common, the newest ``_CANDIDATES`` documents with all of them are ranked,
         and if they are fewer than ``_ENOUGH``, the newest with any (each term named once). Words found in most documents are thus
         never the reason an older exact match is left out.
+
+        The probe's matches of a rare term are also which documents hold it (``cover``).
         """
         table = FTS_TABLES[kind]
         db = self._db
@@ -577,16 +595,20 @@ class RecallIndex:
             sql = (f"SELECT rowid FROM {table} WHERE {table} MATCH ? "
                    "ORDER BY rowid DESC LIMIT ?")  # fmt: skip
             match = match_expression(parsed, mode="any", prefix=False) + owners
-            return [Evidence(r[0], kind) for r in db.execute(sql, (match, pool))]
-        probe = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+            return [Evidence(r[0], kind) for r in db.execute(sql, (match, pool))], []
+        probe = f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?"
         freq: list[tuple[Term, int]] = []
+        n_docs = self._doc_count(kind)
+        held: list[_TermMatches] = []
         for term in parsed.terms:
             match = f"body : ({term.fts(prefix=prefix)}){owners}"
-            df = db.execute(probe, (match, _RARE_MAX + 1)).fetchone()[0]
-            if df:
-                freq.append((term, df))
+            rows = [r[0] for r in db.execute(probe, (match, _RARE_MAX + 1))]
+            if rows:
+                freq.append((term, len(rows)))
+                rare_rows = frozenset(rows) if len(rows) <= _RARE_MAX else None
+                held.append(_TermMatches(_idf(n_docs, len(rows)), rare_rows))
         if not freq:
-            return []
+            return [], []
         terms = [t for t, _ in freq]
         rare = [t for t, df in freq if df <= _RARE_MAX]
         every = _any_of(terms, prefix)
@@ -598,7 +620,6 @@ class RecallIndex:
             newest = f"SELECT * FROM ({ranked} ORDER BY rowid DESC LIMIT ?) ORDER BY 2 DESC LIMIT {pool}"
             queries = [(newest, _all_of(terms, prefix), _CANDIDATES)] if len(terms) > 1 else []
             queries.append((newest, every, _CANDIDATES))
-        n_docs = self._doc_count(kind)
         doubled = set(rare)
         norm = sum((2.0 if t in doubled else 1.0) * _idf(n_docs, df) for t, df in freq)
         out: dict[int, Evidence] = {}
@@ -609,7 +630,7 @@ class RecallIndex:
                 if doc_id not in out:
                     words = max(0.0, bm25) / norm if norm > 0 else 0.0
                     out[doc_id] = Evidence(doc_id, kind, words=words, bm25=bm25, bm25_rank=rank)
-        return sorted(out.values(), key=lambda e: -e.words)[:pool]
+        return sorted(out.values(), key=lambda e: -e.words)[:pool], held
 
     def _doc_count(self, kind: str) -> int:
         """Documents of ``kind`` (BM25's N), cached until the index changes."""
@@ -665,60 +686,94 @@ class RecallIndex:
                 ev.meaning = scores.standardise(sim)
         return scores
 
-    def _add_context(self, found: dict[int, Evidence], scores: VectorScores | None) -> None:
-        """Evidence from the messages just before and after each candidate in the same
-        conversation: an answer is often the reply to the message that matched the
-        question. The neighbours of the best candidates become candidates too."""
-        sessions = [e for e in found.values() if e.doc_id >= KIND_BASE["session"]]
+    def _add_neighbours(
+        self,
+        found: dict[int, Evidence],
+        scores: VectorScores | None,
+        matches: dict[str, list[_TermMatches]],
+    ) -> None:
+        """How much of the query each candidate and the messages around it hold (``cover``,
+        ``cover_near``, ``cover_wide``) and the best meaning next to it (``context``): an
+        answer is often the reply to the message that matched the question, and a
+        question's words are often spread over a few turns. The neighbours of the best
+        candidates become candidates too."""
+        held = _HeldTerms(matches)
+        sessions = [e for e in found.values() if e.kind == "session"]
+        for ev in found.values():
+            if ev.kind != "session":
+                ev.cover = ev.cover_near = ev.cover_wide = held.cover(ev.kind, [ev.doc_id])
         if not sessions:
             return
-        best = sorted(sessions, key=lambda e: -e.words)[:_NEIGHBOURS]
+        windows = self._windows([e.doc_id for e in sessions])
+        seeds = sorted(sessions, key=lambda e: -e.words)[:_NEIGHBOURS]
         if scores is not None:
-            by_meaning = sorted(sessions, key=lambda e: -(e.meaning or 0.0))[:_NEIGHBOURS]
-            best = list({e.doc_id: e for e in (*best, *by_meaning)}.values())
-        ids = [e.doc_id for e in sessions]
+            seeds += sorted(sessions, key=lambda e: -(e.meaning or 0.0))[:_NEIGHBOURS]
+        joined = []
+        for seed in seeds:
+            for neighbour, step in windows.get(seed.doc_id, ()):
+                if abs(step) <= _JOIN and neighbour not in found:
+                    found[neighbour] = ev = Evidence(neighbour, "session", via_neighbour=True)
+                    joined.append(neighbour)
+                    if scores is not None and (sim := scores.similarity(neighbour)) is not None:
+                        ev.similarity = sim
+                        ev.meaning = scores.standardise(sim)
+        if joined:
+            windows.update(self._windows(joined))
+        meaning: dict[int, float] = {}
+        if scores is not None:
+            near_ids = {n for rows in windows.values() for n, _ in rows}
+            for doc_id in near_ids:
+                sim = scores.similarity(doc_id)
+                if sim is not None:
+                    meaning[doc_id] = scores.standardise(sim)
+        for doc_id, rows in windows.items():
+            ev = found[doc_id]
+            ev.cover = held.cover("session", [doc_id])
+            ev.cover_near = held.cover("session", [doc_id, *(n for n, st in rows if abs(st) <= 1)])
+            ev.cover_wide = held.cover("session", [doc_id, *(n for n, _ in rows)])
+            near = [meaning[n] for n, st in rows if abs(st) <= _CONTEXT and n in meaning]
+            if near:
+                ev.context = max(near)
+
+    def _windows(self, ids: list[int]) -> dict[int, list[tuple[int, int]]]:
+        """For each session message, the messages within ``_WINDOW`` of it in its file, as
+        ``(id, step)`` (``step`` < 0 before it)."""
+        out: dict[int, list[tuple[int, int]]] = {i: [] for i in ids}
         marks = ",".join("?" * len(ids))
         rows = self._db.execute(
             "SELECT d.id, n.id, n.num - d.num FROM docs d JOIN docs n ON n.file_id = d.file_id "
-            f"AND n.num IN (d.num - 1, d.num + 1) WHERE d.id IN ({marks})",
+            f"AND n.num BETWEEN d.num - {_WINDOW} AND d.num + {_WINDOW} AND n.id != d.id "
+            f"WHERE d.id IN ({marks})",
             ids,
-        ).fetchall()
-        seeds = {e.doc_id for e in best}
-        for doc_id, neighbour, _ in rows:
-            if doc_id in seeds and neighbour not in found:
-                found[neighbour] = Evidence(neighbour, "session", via_neighbour=True)
-                if scores is not None:
-                    sim = scores.similarity(neighbour)
-                    if sim is not None:
-                        found[neighbour].similarity = sim
-                        found[neighbour].meaning = scores.standardise(sim)
+        )
         for doc_id, neighbour, step in rows:
-            if neighbour not in found:
-                continue
-            ev, near = found[neighbour], found[doc_id]
-            # ``doc_id`` is ``step`` messages from ``neighbour``: +1 means it came after.
-            if step == 1:
-                ev.next_words = max(ev.next_words, near.words)
-            else:
-                ev.prev_words = max(ev.prev_words, near.words)
-            if near.meaning is not None:
-                ev.context = near.meaning if ev.context is None else max(ev.context, near.meaning)
+            out[doc_id].append((neighbour, step))
+        return out
 
-    def _add_facts(self, found: dict[int, Evidence], now: float) -> None:
-        """Age, length and whether the text asks a question, for every candidate."""
+    def _add_facts(
+        self, found: dict[int, Evidence], now: float, parsed: ParsedQuery, periods: list[Period]
+    ) -> None:
+        """Age, length, whether the text asks a question, whether the query names its
+        speaker and the period it was written in, for every candidate."""
         ids = list(found)
         if not ids:
             return
         marks = ",".join("?" * len(ids))
         rows = self._db.execute(
-            f"SELECT id, ts, chars, asks FROM docs WHERE id IN ({marks})", ids
+            f"SELECT id, ts, chars, asks, speaker FROM docs WHERE id IN ({marks})", ids
         )
-        for doc_id, ts, chars, asks in rows:
+        named: dict[str, bool] = {}
+        for doc_id, ts, chars, asks, speaker in rows:
             ev = found[doc_id]
             if ts is not None:
                 ev.age_days = max(0.0, now - ts) / 86400.0
+                ev.dated = any(start <= ts < end for start, end in periods)
             ev.chars = int(chars or 0)
             ev.asks = bool(asks)
+            if speaker:
+                if speaker not in named:
+                    named[speaker] = any(w in parsed.words for w in name_words(speaker))
+                ev.speaker = named[speaker]
 
     def _redact(self, text: str) -> str:
         return self._redactor(text) if self._redactor is not None else text
@@ -773,8 +828,11 @@ def _explain(ev: Evidence) -> dict[str, float | int | None]:
         "vector_rank": ev.vector_rank,
         "meaning": r(ev.meaning),
         "context": r(ev.context),
-        "prev_words": round(ev.prev_words, 6),
-        "next_words": round(ev.next_words, 6),
+        "cover": round(ev.cover, 6),
+        "cover_near": round(ev.cover_near, 6),
+        "cover_wide": round(ev.cover_wide, 6),
+        "speaker": int(ev.speaker),
+        "dated": int(ev.dated),
         "score": round(ev.score, 6),
     }
 
@@ -785,6 +843,46 @@ def _trim(ranked: list[Evidence], min_score: float) -> list[Evidence]:
     kept = [e for e in ranked if e.score >= min_score]
     last = max((i for i, e in enumerate(kept) if not e.via_neighbour), default=-1)
     return kept[: last + 1]
+
+
+@dataclass(frozen=True, slots=True)
+class _TermMatches:
+    """One query term in one kind's table: its idf and, when it is rare (at most
+    ``_RARE_MAX`` matches), every document that holds it."""
+
+    idf: float
+    docs: frozenset[int] | None
+
+
+class _HeldTerms:
+    """The idf-weighted share of the query's terms that a set of documents holds between
+    them (``cover``). A term in more than ``_RARE_MAX`` documents counts as not held (it is
+    common, so its idf is small); it still counts in the total, as in ``words``."""
+
+    def __init__(self, matches: dict[str, list[_TermMatches]]) -> None:
+        self._terms = matches
+        self._total = {kind: sum(t.idf for t in terms) for kind, terms in matches.items()}
+        self._masks: dict[int, int] = {}
+
+    def _mask(self, kind: str, doc_id: int) -> int:
+        mask = self._masks.get(doc_id)
+        if mask is None:
+            mask = 0
+            for bit, term in enumerate(self._terms.get(kind, ())):
+                if term.docs is not None and doc_id in term.docs:
+                    mask |= 1 << bit
+            self._masks[doc_id] = mask
+        return mask
+
+    def cover(self, kind: str, ids: Iterable[int]) -> float:
+        total = self._total.get(kind, 0.0)
+        if total <= 0:
+            return 0.0
+        mask = 0
+        for doc_id in ids:
+            mask |= self._mask(kind, doc_id)
+        terms = self._terms[kind]
+        return sum(terms[bit].idf for bit in range(len(terms)) if mask >> bit & 1) / total
 
 
 def _idf(n_docs: int, df: int) -> float:

@@ -54,6 +54,7 @@ __all__ = [
     "index_text",
     "load_hits",
     "match_expression",
+    "name_words",
     "owner_clause",
     "owner_filter",
     "owner_token",
@@ -156,6 +157,7 @@ class Term:
 class ParsedQuery:
     terms: tuple[Term, ...]
     only_stopwords: bool = False  # nothing but words like "the": rank by recency alone
+    words: frozenset[str] = frozenset()  # every word of the query, stop words included
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -166,7 +168,9 @@ class ParsedQuery:
         if len(self.terms) <= count:
             return self
         keep = sorted(range(len(self.terms)), key=lambda i: (-len(self.terms[i].text), i))[:count]
-        return ParsedQuery(tuple(self.terms[i] for i in sorted(keep)), self.only_stopwords)
+        return ParsedQuery(
+            tuple(self.terms[i] for i in sorted(keep)), self.only_stopwords, self.words
+        )
 
 
 def _char_class(ch: str) -> int:
@@ -208,8 +212,17 @@ def parse_query(text: str) -> ParsedQuery:
             terms.append(Term(word, cjk=cjk))
     content = [t for t in terms if t.cjk or t.text not in _STOPWORDS]
     return ParsedQuery(
-        tuple((content or terms)[:_MAX_TERMS]), only_stopwords=bool(terms) and not content
+        tuple((content or terms)[:_MAX_TERMS]),
+        only_stopwords=bool(terms) and not content,
+        words=frozenset(t.text for t in terms if not t.cjk),
     )
+
+
+def name_words(name: str) -> tuple[str, ...]:
+    """The words of a (case-folded) name, any of which in a query names that person: all
+    but initials and short titles ("dr. ana lima" -> ana, lima)."""
+    words = [w for w, cjk in _tokens(name) if not cjk]
+    return tuple(w for w in words if len(w) > 2 and w not in _STOPWORDS) or tuple(words)
 
 
 def match_expression(query: ParsedQuery, *, mode: Literal["all", "any"], prefix: bool) -> str:

@@ -9,8 +9,16 @@
 * ``meaning``: how far its cosine similarity to the query stands above the similarity of
   the typical document, in standard deviations over all vectors in scope (a z-score, so
   it means the same with any embedding model); ``None`` without vectors;
-* ``context``: the best ``meaning`` of the messages just before and after it in the same
-  conversation (an answer is often the reply to the question before it);
+* ``cover``: the share of the query's words (weighted by idf, as BM25 weighs them) that
+  the text holds, without BM25's length normalisation; ``cover_near`` the same for the text
+  and the messages just before and after it in the same conversation, ``cover_wide`` for
+  the three before and after. An answer is often the reply to the message that matched the
+  question ("Yes, last Saturday!"), and a question's words are often spread over a few
+  turns;
+* ``context``: the best ``meaning`` of the two messages before and after it;
+* ``speaker``: the query names who speaks in it (a transcript line, ``Name: text``);
+* ``dated``: it was written within a period the query names ("on 8 May 2023", "last
+  week"; :mod:`~hippobot.recall.periods`);
 * ``age_days`` and ``kind``: the recency and kind of the document.
 
 :func:`relevance` turns them into a number between 0 and 1 with a logistic model whose
@@ -48,10 +56,13 @@ class Weights:
     words: float
     meaning: float = 0.0
     context: float = 0.0
-    prev_words: float = 0.0
-    next_words: float = 0.0
+    cover: float = 0.0
+    cover_near: float = 0.0
+    cover_wide: float = 0.0
     length: float = 0.0
     asks: float = 0.0
+    speaker: float = 0.0
+    dated: float = 0.0
     recency: float = 0.0  # times 1 / (1 + age_days / RECENCY_TAU_DAYS): 1 today, 0.5 a month ago
     memory: float = 0.0  # added for memory-file documents (the current, curated truth)
     history: float = 0.0  # added for history summaries
@@ -59,17 +70,22 @@ class Weights:
 
 RECENCY_TAU_DAYS = 30.0
 # Keyword search alone, and hybrid search: fitted by `python -m benchmarks.locomo.tune` on
-# LoCoMo conversations 1-5 (docs/recall.md). LoCoMo has no memory files or history entries,
-# so ``memory`` and ``history`` are set by hand (a small lead for the curated truth), and so
-# is ``recency`` (fitted ~0 there; a small lead for what is recent among equals).
+# LoCoMo conversations 1-5 (docs/recall.md: a listwise fit, a search on R@5 from there,
+# then Platt scaling), with a neighbour's meaning weighing at most 0.8 of a message's own
+# (so of two neighbours the closer in meaning ranks first). Hybrid ``words`` came out 0:
+# with vectors, ``cover`` says what BM25 said. LoCoMo has no memory files or history entries, so ``memory`` and
+# ``history`` are set by hand (a small lead for the curated truth), and so is ``recency``
+# (fitted ~0 there; a small lead for what is recent among equals).
 KEYWORD = Weights(
-    bias=-6.405, words=3.247, prev_words=1.088, next_words=2.498, length=1.556, asks=-0.48,
-    recency=0.1, memory=0.3, history=0.15,
+    bias=-7.852, words=0.484, cover=0.468, cover_near=2.306, cover_wide=1.97, length=0.395,
+    speaker=1.263, dated=2.639, recency=0.1, memory=0.3, history=0.15,
 )  # fmt: skip
 HYBRID = Weights(
-    bias=-7.526, words=3.144, meaning=1.03, context=0.403, prev_words=0.412, next_words=1.971,
-    length=0.941, asks=-1.243, recency=0.1, memory=0.3, history=0.15,
+    bias=-9.616, words=0.0, meaning=0.79, context=0.315, cover=0.91, cover_near=1.391,
+    cover_wide=1.551, length=0.732, asks=-0.509, speaker=1.693, dated=2.736, recency=0.1,
+    memory=0.3, history=0.15,
 )  # fmt: skip
+
 
 @dataclass(slots=True)
 class Evidence:
@@ -83,12 +99,15 @@ class Evidence:
     meaning: float | None = None
     similarity: float | None = None  # raw cosine similarity, for --explain
     vector_rank: int | None = None
-    context: float | None = None
-    prev_words: float = 0.0  # ``words`` of the message just before, same conversation
-    next_words: float = 0.0  # ... and just after
+    context: float | None = None  # best ``meaning`` within two messages either side
+    cover: float = 0.0  # idf-weighted share of the query's words in the text
+    cover_near: float = 0.0  # ... in the text and the messages just before and after
+    cover_wide: float = 0.0  # ... and within three messages either side
     age_days: float | None = None
     chars: int = 0  # length of the text
     asks: bool = False  # the text ends with a question mark
+    speaker: bool = False  # the query names who speaks in it
+    dated: bool = False  # written within a period the query names
     via_neighbour: bool = False  # a candidate only because a neighbour matched
     score: float = 0.0
 
@@ -101,8 +120,8 @@ def recency(age_days: float | None) -> float:
 
 
 FEATURES = (
-    "words", "meaning", "context", "prev_words", "next_words", "length", "asks", "recency",
-    "memory", "history",
+    "words", "meaning", "context", "cover", "cover_near", "cover_wide", "length", "asks",
+    "speaker", "dated", "recency", "memory", "history",
 )  # fmt: skip
 
 
@@ -118,10 +137,13 @@ def features(ev: Evidence) -> tuple[float, ...]:
         min(ev.words, 1.0),
         max(ev.meaning, 0.0) if ev.meaning is not None else 0.0,
         max(ev.context, 0.0) if ev.context is not None else 0.0,
-        min(ev.prev_words, 1.0),
-        min(ev.next_words, 1.0),
+        ev.cover,
+        ev.cover_near,
+        ev.cover_wide,
         length(ev.chars),
         1.0 if ev.asks else 0.0,
+        1.0 if ev.speaker else 0.0,
+        1.0 if ev.dated else 0.0,
         recency(0.0 if ev.kind == "memory" else ev.age_days),
         1.0 if ev.kind == "memory" else 0.0,
         1.0 if ev.kind == "history" else 0.0,

@@ -30,7 +30,7 @@ __all__ = [
 
 log = logging.getLogger("hippobot.recall")
 
-SCHEMA_VERSION = "2"  # bump when the tables or index_text() change: the index is rebuilt
+SCHEMA_VERSION = "3"  # bump when the tables or index_text() change: the index is rebuilt
 _TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 _BUSY_MS = 10_000
 KIND_BASE = {"memory": 1 << 40, "history": 2 << 40, "session": 3 << 40}
@@ -50,7 +50,8 @@ CREATE TABLE files(
 CREATE INDEX files_session ON files(session_key);
 CREATE TABLE docs(
     id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, num INTEGER NOT NULL, end_num INTEGER,
-    ts REAL, session_key TEXT, role TEXT, origin TEXT, chars INTEGER, asks INTEGER);
+    ts REAL, session_key TEXT, role TEXT, origin TEXT, chars INTEGER, asks INTEGER,
+    speaker TEXT);
 CREATE INDEX docs_file ON docs(file_id, num);
 CREATE TABLE texts(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE VIRTUAL TABLE fts_memory USING fts5(body, owner, content='', tokenize="{_TOKENIZER}");

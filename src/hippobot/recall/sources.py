@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -68,6 +69,7 @@ __all__ = [
     "pread",
     "read_range",
     "session_docs",
+    "transcript_speaker",
 ]
 
 MAX_DOC_CHARS = 32_000  # a huge tool result is indexed (and shown by get) up to here
@@ -75,6 +77,9 @@ _TOOL_ARGS_CHARS = 300
 _CHUNK_MAX_LINES = 12
 _CHUNK_MAX_CHARS = 1_200
 _ROOT_MARKDOWN = (SOUL_MD, USER_MD)  # the memory files outside memory/
+# "Caroline: ..." / "Dr. Ana Lima: ...": one to three capitalised words and a colon at the
+# start of a message, the way transcripts, imported chats and group bridges write who spoke.
+_SPEAKER = re.compile(r"((?:[^\W\d_][\w'.-]*)(?: [^\W\d_][\w'.-]*){0,2}):\s+\S")
 RECALL_TOOLS = frozenset({"memory_search", "memory_get"})
 RACY_NS = 2_000_000_000  # an mtime this recent may hide a change made in the same tick
 HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite
@@ -308,6 +313,21 @@ def session_docs(lines: Iterable[bytes], state: SessionState) -> Iterator[Doc]:
                 num=num, text=text, ts=state.last_ts, session_key=state.session_key,
                 role=obj["role"],
             )
+
+
+def transcript_speaker(text: str, role: str) -> str | None:
+    """Who speaks in a message written as a transcript line (``Name: text``), case-folded;
+    ``None`` for any other message. Only people's messages (user, assistant) have one: a
+    tool's ``Error: ...`` names no one."""
+    if role not in ("user", "assistant"):
+        return None
+    m = _SPEAKER.match(text)
+    if m is None or len(m.group(1)) > 40:
+        return None
+    words = m.group(1).split()
+    if not all(w[0].isupper() for w in words):
+        return None
+    return m.group(1).casefold()
 
 
 def markdown_docs(text: str, skip: Callable[[str], bool] | None = None) -> Iterator[Doc]:

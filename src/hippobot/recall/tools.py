@@ -53,16 +53,19 @@ def format_explained(hits: list[Hit]) -> str:
         sim = parts.get("similarity")
         meaning = parts.get("meaning")
         context = parts.get("context")
-        near = max(parts.get("prev_words") or 0.0, parts.get("next_words") or 0.0)
+        own = parts.get("cover") or 0.0
+        near = max(parts.get("cover_near") or 0.0, parts.get("cover_wide") or 0.0)
         keyword = (
             f"bm25 {bm25:.4f} (#{parts.get('bm25_rank')}) words {parts.get('words', 0):.2f}"
             if bm25 is not None else "bm25 -"
         )  # fmt: skip
         vector = f"vector {sim:.4f} (#{parts.get('vector_rank')})" if sim is not None else "vector -"
         extra = f"  meaning {meaning:+.2f} sd" if meaning is not None else ""
-        if near > 0 or (context is not None and context > 0):
-            extra += f"  next to a match: words {near:.2f}"
+        if near > own or (context is not None and context > 0):
+            extra += f"  with its neighbours: words {near:.2f}"
             extra += f", meaning {context:+.2f} sd" if context is not None else ""
+        extra += "  names the speaker" if parts.get("speaker") else ""
+        extra += "  in the period asked" if parts.get("dated") else ""
         lines.append(f"    {keyword}  {vector}{extra}  score {hit.score:.6f}")
     return "\n".join(lines)
 

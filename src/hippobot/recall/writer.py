@@ -37,6 +37,7 @@ from .sources import (
     parse_new_bytes,
     pread,
     read_range,
+    transcript_speaker,
 )
 
 __all__ = ["IndexWriter"]
@@ -162,8 +163,8 @@ class IndexWriter:
         texts: list[tuple[int, str]] = []
         for doc in docs:
             text = self._redact(doc.text) if self._redact is not None else doc.text
-            # Length and "asks a question" feed the ranking; kept here so a search reads
-            # narrow rows instead of the texts.
+            # Length, "asks a question" and who speaks feed the ranking; kept here so a
+            # search reads narrow rows instead of the texts.
             asks = text.rstrip().endswith("?")
             rows.append(
                 (
@@ -177,6 +178,7 @@ class IndexWriter:
                     doc.origin,
                     len(text),
                     int(asks),
+                    transcript_speaker(text, doc.role) if kind == "session" and doc.role else None,
                 )
             )
             texts.append((next_id, text))
@@ -185,7 +187,7 @@ class IndexWriter:
         self._next_ids[kind] = next_id
         if rows:
             table = FTS_TABLES[kind]
-            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            self._db.executemany("INSERT INTO docs VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
             self._db.executemany("INSERT INTO texts VALUES (?,?)", texts)
             self._db.executemany(
                 f"INSERT INTO {table}(rowid, body, owner) VALUES (?,?,?)", fts_rows
