@@ -596,17 +596,20 @@ class RecallIndex:
                    "ORDER BY rowid DESC LIMIT ?")  # fmt: skip
             match = match_expression(parsed, mode="any", prefix=False) + owners
             return [Evidence(r[0], kind) for r in db.execute(sql, (match, pool))], []
-        probe = f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?"
+        probe = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+        holders = f"SELECT rowid FROM {table} WHERE {table} MATCH ?"
         freq: list[tuple[Term, int]] = []
         n_docs = self._doc_count(kind)
         held: list[_TermMatches] = []
         for term in parsed.terms:
             match = f"body : ({term.fts(prefix=prefix)}){owners}"
-            rows = [r[0] for r in db.execute(probe, (match, _RARE_MAX + 1))]
-            if rows:
-                freq.append((term, len(rows)))
-                rare_rows = frozenset(rows) if len(rows) <= _RARE_MAX else None
-                held.append(_TermMatches(_idf(n_docs, len(rows)), rare_rows))
+            df = db.execute(probe, (match, _RARE_MAX + 1)).fetchone()[0]
+            if df:
+                freq.append((term, df))
+                docs = None  # a common term: which documents hold it is not read
+                if df <= _RARE_MAX:
+                    docs = frozenset(r[0] for r in db.execute(holders, (match,)))
+                held.append(_TermMatches(_idf(n_docs, df), docs))
         if not freq:
             return [], []
         terms = [t for t, _ in freq]
@@ -701,7 +704,8 @@ class RecallIndex:
         sessions = [e for e in found.values() if e.kind == "session"]
         for ev in found.values():
             if ev.kind != "session":
-                ev.cover = ev.cover_near = ev.cover_wide = held.cover(ev.kind, [ev.doc_id])
+                share = held.share(ev.kind, held.mask(ev.kind, ev.doc_id))
+                ev.cover = ev.cover_near = ev.cover_wide = share
         if not sessions:
             return
         windows = self._windows([e.doc_id for e in sessions])
@@ -728,9 +732,15 @@ class RecallIndex:
                     meaning[doc_id] = scores.standardise(sim)
         for doc_id, rows in windows.items():
             ev = found[doc_id]
-            ev.cover = held.cover("session", [doc_id])
-            ev.cover_near = held.cover("session", [doc_id, *(n for n, st in rows if abs(st) <= 1)])
-            ev.cover_wide = held.cover("session", [doc_id, *(n for n, _ in rows)])
+            own = near_mask = wide = held.mask("session", doc_id)
+            for neighbour, step in rows:
+                bits = held.mask("session", neighbour)
+                wide |= bits
+                if -1 <= step <= 1:
+                    near_mask |= bits
+            ev.cover = held.share("session", own)
+            ev.cover_near = held.share("session", near_mask)
+            ev.cover_wide = held.share("session", wide)
             near = [meaning[n] for n, st in rows if abs(st) <= _CONTEXT and n in meaning]
             if near:
                 ev.context = max(near)
@@ -863,8 +873,10 @@ class _HeldTerms:
         self._terms = matches
         self._total = {kind: sum(t.idf for t in terms) for kind, terms in matches.items()}
         self._masks: dict[int, int] = {}
+        self._shares: dict[tuple[str, int], float] = {}
 
-    def _mask(self, kind: str, doc_id: int) -> int:
+    def mask(self, kind: str, doc_id: int) -> int:
+        """The terms ``doc_id`` holds, one bit each (in the order of ``matches[kind]``)."""
         mask = self._masks.get(doc_id)
         if mask is None:
             mask = 0
@@ -874,15 +886,17 @@ class _HeldTerms:
             self._masks[doc_id] = mask
         return mask
 
-    def cover(self, kind: str, ids: Iterable[int]) -> float:
-        total = self._total.get(kind, 0.0)
-        if total <= 0:
+    def share(self, kind: str, mask: int) -> float:
+        """The idf-weighted share of the query's terms in ``mask``."""
+        if not mask:
             return 0.0
-        mask = 0
-        for doc_id in ids:
-            mask |= self._mask(kind, doc_id)
-        terms = self._terms[kind]
-        return sum(terms[bit].idf for bit in range(len(terms)) if mask >> bit & 1) / total
+        key = (kind, mask)
+        value = self._shares.get(key)
+        if value is None:
+            terms = self._terms[kind]
+            held = sum(terms[bit].idf for bit in range(len(terms)) if mask >> bit & 1)
+            value = self._shares[key] = held / self._total[kind]
+        return value
 
 
 def _idf(n_docs: int, df: int) -> float:
