@@ -16,6 +16,7 @@ from hippobot.workspace import USER_MD
 
 ARCHIVE_PREFIX = "[Memory archive request"
 TRANSCRIPT_PREFIX = "You archive part of a conversation"
+_MESSAGE = re.compile(r"(?m)^\[[^\]\n]*\] ([A-Z]+): ")
 _FACT = re.compile(r"(FACT|CORRECTION|NOTE): ([^\n\[]+)")
 
 
@@ -43,8 +44,10 @@ def archivist(request: RecordedRequest) -> str:
         return "\n".join(lines) or "(nothing)"
     if last.startswith(TRANSCRIPT_PREFIX):
         body = last.split("<transcript", 1)[1].split("</transcript>", 1)[0]
-        user_lines = [line for line in body.splitlines() if "] USER: " in line]
-        return "\n".join(_facts(user_lines)) or "(nothing)"
+        # one block per message: a user's text may span lines (a fact on its second line)
+        blocks = _MESSAGE.split(body)
+        users = [text for role, text in zip(blocks[1::2], blocks[2::2], strict=True) if role == "USER"]
+        return "\n".join(_facts(users)) or "(nothing)"
     return f"ok ({len(request.messages)} messages seen)"
 
 
