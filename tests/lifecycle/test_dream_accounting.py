@@ -203,6 +203,24 @@ def test_the_model_cannot_decline_a_fact_the_user_asked_to_keep():
     assert (tokyo.status, tokyo.reason) == ("rejected", "superseded by the correction")
 
 
+async def test_a_durable_fact_called_ephemeral_by_dream_is_still_filed(make_agent, scripted_model):
+    # Seen with Qwen2.5-Coder-1.5B: the archive tagged the cat [durable], Dream's analysis
+    # answered '[SKIP] ... — It is an ephemeral fact and no longer relevant', and the fact
+    # never reached a file. The tag was decided with the conversation in view; Dream may
+    # decline a fact for a reason of its own, not by overruling the tag.
+    agent = make_agent()
+    plant(agent, "- [durable] User's cat is called Luna, she is a grey tabby")
+    reason = "It is an ephemeral fact and no longer relevant to the current conversation."
+    scripted_model.reply(f'[SKIP] "User\'s cat is called Luna, she is a grey tabby" — {reason}')
+    scripted_model.reply(f'[SKIP] "User\'s cat is called Luna, she is a grey tabby" — {reason}')
+    result = await agent.dream.run()
+    (outcome,) = result.outcomes
+    assert outcome.status == "written", outcome.describe()
+    files = [agent.workspace / "USER.md", agent.workspace / "memory" / "MEMORY.md"]
+    assert any("Luna" in f.read_text(encoding="utf-8") for f in files)
+    assert agent.memory.pending_count() == 0
+
+
 async def test_a_declined_permanent_fact_is_kept_and_in_the_next_prompt(make_agent, scripted_model):
     agent = make_agent()
     plant(agent, "- [permanent] I work at Initech as a nurse")

@@ -7,7 +7,8 @@ A Dream batch may only move the cursor past its entries when each ``[permanent]`
 ``known``     a memory file already stated it before the batch (where),
 ``rejected``  the model declined it with a reason (``[SKIP] "<fact>" — reason``; a
               ``[permanent]`` fact, which the user asked to keep, only when a later line of
-              the batch replaces it), a later correction supersedes it, or the user
+              the batch replaces it; no fact for being "ephemeral": the archive's tag
+              already says it lasts), a later correction supersedes it, or the user
               reverted it (``do_not_readd``).
 
 Which earlier fact a correction replaces is read from the line, not guessed: consolidation
@@ -24,6 +25,7 @@ a text edit format, a person), so every way of editing is accounted the same way
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -155,6 +157,18 @@ def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
     return any(later.replaces(fact) for later in facts)
 
 
+_RETAGGED = re.compile(r"\b(ephemeral|(?:no longer|not) relevant|irrelevant)\b", re.I)
+"""Reasons that overrule the archive's tag rather than judge the fact: "ephemeral" is the
+tag consolidation did not give it, and relevance "to the current conversation" is beside
+the point of a file kept for later ones. "Transient mood", "passing weather talk" still
+decline: they say something of the fact itself."""
+
+
+def _calls_it_passing(reason: str) -> bool:
+    """Whether a model's reason for declining a durable fact only re-tags it."""
+    return _RETAGGED.search(reason) is not None
+
+
 def _rejection(fact: Fact, rejections: Sequence[tuple[str, str]]) -> str | None:
     for text, reason in rejections:
         if states(text, fact.claim):
@@ -187,6 +201,11 @@ def account(
             # not on its own say-so (a small model "skipped" "I work at Initech as a nurse").
             declinable = fact.kind != "permanent" or _revisited(fact, facts)
             reason = _rejection(fact, rejections) if declinable else None
+            if reason is not None and _calls_it_passing(reason) and not _revisited(fact, facts):
+                # The archive already tagged the fact to keep, with the whole conversation in
+                # view; a model that calls it "ephemeral" is disagreeing with that tag, not
+                # declining it for a reason of its own (a small model "rejected" a cat's name).
+                reason = None
             if reason is not None:
                 outcomes.append(Outcome(fact, "rejected", reason=reason))
             else:
