@@ -51,15 +51,36 @@ async def test_a_turn_that_wrote_the_memory_file_adds_nothing(
 ) -> None:
     agent = make_agent()
     memory = agent.workspace / "memory" / "MEMORY.md"
-    scripted_model.reply_tool_call(
-        "write_file", {"path": "memory/MEMORY.md", "content": "# Memory\n\n- The user is vegetarian\n"}
-    )
+    kept = memory.read_text(encoding="utf-8") + "\n- The user is vegetarian\n"
+    scripted_model.reply_tool_call("write_file", {"path": "memory/MEMORY.md", "content": kept})
     scripted_model.reply("Saved: you are vegetarian.")
     events: list[AgentEvent] = []
     result = await agent.turn("cli:direct", "Please remember that I'm vegetarian.", on_event=events.append)
     assert "vegetarian" in memory.read_text(encoding="utf-8")
     assert agent.memory.read_history(after=0) == []
     assert result.remembered is None and not any(isinstance(e, Remembered) for e in events)
+
+
+async def test_overwriting_memory_with_one_line_is_refused_and_the_fact_still_kept(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Seen with Qwen2.5-Coder-1.5B: asked to remember a locker code (and later asked a
+    # question), it "saved" by write_file of MEMORY.md with two lines, dropping the rest.
+    agent = make_agent()
+    memory = agent.workspace / "memory" / "MEMORY.md"
+    memory.write_text(memory.read_text(encoding="utf-8") + "- Lives in Osaka\n", encoding="utf-8")
+    before = memory.read_text(encoding="utf-8")
+    scripted_model.reply_tool_call("write_file", {"path": "memory/MEMORY.md", "content": "Locker code 4417\n"})
+    scripted_model.reply("Saved.")
+    result = await agent.turn("cli:direct", "Remember this: my locker code at work is 4417.")
+    tool_result = scripted_model.requests[-1].messages[-1]
+    assert tool_result["role"] == "tool"
+    assert "would remove" in tool_result["content"] and "nothing was written" in tool_result["content"]
+    assert "edit_file" in tool_result["content"]
+    assert memory.read_text(encoding="utf-8") == before  # "Lives in Osaka" survives
+    # no memory write happened, so hippobot keeps the user's words itself
+    (entry,) = agent.memory.read_history(after=0)
+    assert "4417" in entry.content and result.remembered is not None
 
 
 async def test_questions_about_memory_are_not_requests(

@@ -82,7 +82,9 @@ def build_registry(
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
     redact = _memory_redactor(redactor, workspace, store_path)
-    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact))
+    keeps = {workspace.user.resolve(), workspace.memory_md.resolve()}
+    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact,
+                               keeps_lines=lambda path: path.resolve() in keeps))
     if exec_enabled:
         registry.register(
             exec_tool(

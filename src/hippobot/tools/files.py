@@ -50,9 +50,13 @@ def file_tools(
     max_read_chars: int = 50_000,
     lock: FileLock | None = None,
     redact: WriteFilter | None = None,
+    keeps_lines: Callable[[Path], bool] | None = None,
 ) -> list[Tool]:
     """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
-    they write passes through ``redact(path, text)``."""
+    they write passes through ``redact(path, text)``. ``write_file`` may not drop a line
+    of a file ``keeps_lines(path)`` names (the memory files): small models "remember" a
+    fact by overwriting MEMORY.md with that one line, and a wrong edit of one line is
+    undone far more easily than a file that lost the rest."""
     file_lock = lock or _no_lock
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
@@ -79,6 +83,8 @@ def file_tools(
         data = clean.encode("utf-8")
         with _holding(file_lock, target, path):
             existed = target.exists()
+            if existed and keeps_lines is not None and keeps_lines(target):
+                _refuse_dropped_lines(target, clean, display=path)
             _atomic_write(target, data, display=path)
         verb = "Overwrote" if existed else "Created"
         note = _REDACTED_NOTE if clean != content else ""
@@ -106,6 +112,21 @@ def file_tools(
         return _list(policy, path)
 
     return [Tool.from_function(f) for f in (read_file, write_file, edit_file, list_dir)]
+
+
+def _refuse_dropped_lines(target: Path, new: str, *, display: str) -> None:
+    try:
+        old = target.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return  # unreadable: the write itself says what is wrong
+    kept = {line.strip() for line in new.splitlines()}
+    dropped = [line.strip() for line in old.splitlines() if line.strip() and line.strip() not in kept]
+    if dropped:
+        raise ToolError(
+            f"write_file would remove {len(dropped)} line(s) of {display} (first: {dropped[0][:80]!r}); "
+            f"nothing was written. To add a fact, use edit_file to insert it; to change a line, "
+            f"edit_file that line"
+        )
 
 
 # --- edit ---------------------------------------------------------------------------
