@@ -57,6 +57,25 @@ async def _plant(agent: Agent, scripted_model: ScriptedModel) -> None:
     await agent.turn("cli:earlier", FACT)
 
 
+async def test_a_question_asked_with_instructions_is_searched_as_the_question(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # LoCoMo's questions asked as "<question> Answer with a short phrase, ...": searched
+    # whole, the instruction's words outnumbered the question's and the fact fell under
+    # the relevance bar (an evidence turn recalled for 0.18 of the questions, not 0.77).
+    agent = make_agent()
+    await _plant(agent, scripted_model)
+    for text in ("We should talk about the short phrase you used in our conversations.",
+                 "Exact words matter when you answer, I think.", "Using a phrase book in Rome was fun."):
+        scripted_model.reply("Sure.")
+        await agent.turn("cli:chatter", text)
+    scripted_model.fallback = _answer_from_recall
+    asked = "What is my cat called? Answer with a short phrase, using the exact words of the conversations where you can."
+    result = await agent.turn("cli:fresh", asked)
+    assert result.reply == "Your cat is called Luna."
+    assert any("Luna" in line for line in agent.recalled_lines("cli:fresh"))
+
+
 async def test_a_fact_from_another_chat_rides_on_the_message_and_replays_byte_for_byte(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:
