@@ -116,6 +116,27 @@ def test_one_shot_stdout_is_only_the_reply_even_with_a_terminal_on_stderr(hippob
     assert "thinking…" in seen.decode("utf-8", "replace")
 
 
+def test_the_waiting_line_counts_the_prompt_as_the_provider_last_reported_it(hippobot_home, scripted_server, scripted_model):
+    # The provider said the last request was 41,000 tokens: the next one is that plus the
+    # new message, not what the offline estimator makes of the replayed messages.
+    scripted_model.usage(prompt_tokens=41_000, completion_tokens=5).reply("First.")
+    assert run(["agent", "-m", "hello"], hippobot_home, scripted_server).returncode == 0
+    scripted_model.reply("Second.", delay=0.5)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hippobot", "agent", "-m", "and now?"], env=_env(hippobot_home, scripted_server),
+            stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, timeout=120,
+        )
+        os.close(follower)
+        seen = bytearray()
+        _read_until(leader, b"\x00never", seen, timeout=1)
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0 and proc.stdout == b"Second.\n"
+    assert re.search(r"waiting for scripted-model · 41,\d{3} tokens", seen.decode("utf-8", "replace"))
+
+
 def test_status_and_context_report_the_same_prompt_size(hippobot_home, scripted_server, scripted_model):
     run(["onboard"], hippobot_home)
     workspace = hippobot_home / "workspace"

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from hippobot.config import Settings
 from hippobot.context import tokens
-from hippobot.context.assembler import PromptAssembler, split_key
-from hippobot.context.budget import Budget, compact_prompt
+from hippobot.context.assembler import PreparedRequest, PromptAssembler, split_key
+from hippobot.context.budget import Budget, compact_prompt, usage_estimate
 from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from hippobot.lifecycle.consolidator import Consolidator
     from hippobot.lifecycle.dream import Dream
     from hippobot.memory.gitstore import GitStore
-    from hippobot.providers.base import Provider
+    from hippobot.providers.base import ChatRequest, Provider
     from hippobot.providers.retry import RetryPolicy
     from hippobot.recall.auto import AutoRecall, Recollection
     from hippobot.recall.index import RecallIndex
@@ -88,6 +88,29 @@ def _map_strings(value: Any, clean: Any) -> Any:
     if isinstance(value, dict):
         return {k: _map_strings(v, clean) for k, v in value.items()}
     return value
+
+
+def _progress_size(
+    session: Session, request: PreparedRequest, *, fits: bool
+) -> Callable[[ChatRequest], int]:
+    """The prompt size "waiting for <model> · N tokens" shows, for each request of a turn.
+
+    Estimating a whole request costs about a third of a millisecond per replayed message,
+    which on every turn of a long chat was most of the turn's own time. So the size is the
+    provider's report on the last request plus an estimate of what came since (the new
+    message, then the tool loop's steps), when that report still describes the replay
+    (``fits``: the replay is not cut to the budget); else the first request is estimated once.
+    Never loads the tokenizer's tables."""
+    first = len(request.messages)
+    base = usage_estimate(session, count=tokens.estimate_messages) if fits else None
+
+    def size(r: ChatRequest) -> int:
+        nonlocal base
+        if base is None:
+            base = tokens.prompt_size(messages=r.messages[:first], tools=r.tools, estimate=True).total
+        return base + tokens.estimate_messages(r.messages[first:])
+
+    return size
 
 
 @dataclass(slots=True)
@@ -432,10 +455,10 @@ class Agent:
                 temperature=self.limits.temperature,
                 max_tool_result_chars=self.limits.max_tool_result_chars,
                 stop=tuple(stop),
-                # for "waiting for <model> · N tokens": an estimate, no tokenizer tables loaded
-                prompt_size=lambda r: tokens.prompt_size(
-                    messages=r.messages, tools=r.tools, estimate=True
-                ).total,
+                prompt_size=_progress_size(
+                    session, request,
+                    fits=not self.budget.enabled or self.prompts.clearly_fits(session),
+                ),
             )
 
             before: dict[str, bytes] | None = None  # versioned files before the first write
