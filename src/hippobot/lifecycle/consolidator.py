@@ -27,15 +27,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from hippobot.errors import ProviderError, StorageError
 from hippobot.lifecycle import archive_retry
 from hippobot.lifecycle.slices import TurnGuard, pick_boundary
-from hippobot.lifecycle.stated_facts import stated_facts, with_stated_facts, without_recalled
-from hippobot.lifecycle.summaries import SUMMARY_MAX_CHARS, ParsedSummary, raw_entry
-from hippobot.lifecycle.summary_request import Summariser
 from hippobot.locks import HeldLock, LockTimeout, acquire_async
 from hippobot.memory.history import HistoryEntry, HistorySource
 from hippobot.memory.store import HISTORY_ENTRY_HARD_CAP
@@ -46,6 +43,7 @@ if TYPE_CHECKING:
     from hippobot.context.assembler import PromptAssembler
     from hippobot.context.budget import Budget
     from hippobot.lifecycle.background import BackgroundJobs
+    from hippobot.lifecycle.summary_request import Summariser
     from hippobot.memory.store import MemoryStore
     from hippobot.providers.model import ModelClient
     from hippobot.session.manager import SessionManager
@@ -94,8 +92,15 @@ class Consolidator:
         self.idle_minutes = idle_minutes
         self.redact = redact
         self.now = now or (lambda: datetime.now().astimezone())
-        self.summariser = Summariser(prompts=prompts, model=model, budget=budget)
+        self._model = model
         self._locks = _ArchiveLocks(workspace)
+
+    @cached_property
+    def summariser(self) -> Summariser:
+        # made at the first archive: a turn that only checks whether one is due never loads it
+        from hippobot.lifecycle.summary_request import Summariser
+
+        return Summariser(prompts=self.prompts, model=self._model, budget=self.budget)
 
     # --- sizing ---------------------------------------------------------------------
 
@@ -262,20 +267,24 @@ class Consolidator:
         self, session: Session, start: int, end: int, guard: TurnGuard, kind: str,
         last_resort: bool = False,
     ) -> SliceOutcome:
+        from hippobot.lifecycle import stated_facts as facts
+        from hippobot.lifecycle import summaries
+
         chunk = session.messages[start:end]
         if not any(not m.get("_command") for m in chunk):
             await self._advance(session, end)
             return SliceOutcome(start, end, None)
-        stated = stated_facts(chunk, first_index=start)
+        stated = facts.stated_facts(chunk, first_index=start)
         try:
             parsed = await self.summariser.summarise(session, start, end, guard)
             failure = None if parsed.ok else "the model's answer followed no known format"
         except ProviderError as exc:
             # an endpoint may echo the key it rejected; the reason goes into the archive
-            parsed, failure = ParsedSummary(()), self.redact(str(exc))
+            parsed, failure = summaries.ParsedSummary(()), self.redact(str(exc))
         if failure is None:
-            parsed = with_stated_facts(without_recalled(parsed, chunk), stated)
-            entry = None if parsed.nothing else await self._append(session, start, end, parsed.text, SUMMARY_MAX_CHARS)
+            parsed = facts.with_stated_facts(facts.without_recalled(parsed, chunk), stated)
+            entry = None if parsed.nothing else await _append(
+                self.memory, session, start, end, parsed.text, summaries.SUMMARY_MAX_CHARS)
             await self._advance(session, end)
             return SliceOutcome(start, end, entry)
         now = self.now()
@@ -288,20 +297,11 @@ class Consolidator:
             return SliceOutcome(start, end, None, failed=failure)
         log.warning("session %s: summary of messages %d-%d failed (%s); archiving them raw",
                     session.key, start, end - 1, failure)
-        content = raw_entry(chunk, session_key=session.key, start=start, end=end, reason=failure,
+        content = summaries.raw_entry(chunk, session_key=session.key, start=start, end=end, reason=failure,
                             facts=[f.render() for f in stated])
-        entry = await self._append(session, start, end, content, HISTORY_ENTRY_HARD_CAP)
+        entry = await _append(self.memory, session, start, end, content, HISTORY_ENTRY_HARD_CAP)
         await self._advance(session, end)
         return SliceOutcome(start, end, entry, raw=True)
-
-    async def _append(
-        self, session: Session, start: int, end: int, content: str, max_chars: int
-    ) -> HistoryEntry:
-        source = HistorySource(session=session.key, start=start, end=end)
-        return await asyncio.to_thread(
-            self.memory.append_history, content, session_key=session.key, source=source,
-            max_chars=max_chars,
-        )
 
     async def _advance(self, session: Session, end: int) -> None:
         moved = end > session.last_consolidated
@@ -312,6 +312,16 @@ class Consolidator:
             session.archive_failure = None  # what failed is archived now
         if moved or settled:
             await self.sessions.save_meta(session)
+
+
+async def _append(
+    memory: MemoryStore, session: Session, start: int, end: int, content: str, max_chars: int
+) -> HistoryEntry:
+    source = HistorySource(session=session.key, start=start, end=end)
+    return await asyncio.to_thread(
+        memory.append_history, content, session_key=session.key, source=source,
+        max_chars=max_chars,
+    )
 
 
 def _idle(session: Session, minutes: float, now: datetime) -> bool:

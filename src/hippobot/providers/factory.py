@@ -10,11 +10,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
-from hippobot.providers.anthropic import AnthropicProvider
 from hippobot.providers.base import ChatRequest, Provider
 from hippobot.providers.echo import RuntimeEchoFilter
 from hippobot.providers.metering import MeteredProvider, UsageSink
-from hippobot.providers.openai_compat import OpenAICompatProvider
 from hippobot.providers.retry import RetryingProvider, RetryPolicy
 from hippobot.providers.serial import EndpointGate, SerialProvider
 from hippobot.providers.text_tools import TextToolCallProvider, text_tools_enabled
@@ -81,11 +79,15 @@ def make_provider(
         timeout = LOCAL_TIMEOUT_S if gate is not None else REMOTE_TIMEOUT_S
     policy = retry or RetryPolicy()
     adapter: Provider
-    if kind == "anthropic":
+    if kind == "anthropic":  # each adapter is imported when chosen: a process uses one
+        from hippobot.providers.anthropic import AnthropicProvider
+
         adapter = AnthropicProvider(
             api_key=api_key, api_base=base, extra_headers=extra_headers, timeout=timeout, name=label
         )
     elif kind == "openai":
+        from hippobot.providers.openai_compat import OpenAICompatProvider
+
         adapter = OpenAICompatProvider(
             api_key=api_key, api_base=base, extra_headers=extra_headers, timeout=timeout, name=label
         )

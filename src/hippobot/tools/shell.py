@@ -191,9 +191,16 @@ DEFAULT_DENY_RULES: tuple[DenyRule, ...] = (
 DEFAULT_DENY_PATTERNS: tuple[str, ...] = tuple(r.pattern for r in DEFAULT_DENY_RULES)
 
 
-def _compile_rules(patterns: Sequence[str] | None) -> list[tuple[re.Pattern[str], str]]:
+@functools.cache
+def _default_rules() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The built-in deny-list, compiled once, at the first command checked: compiling it
+    takes longer than a one-shot ``agent -m`` spends on anything else before its request."""
+    return tuple((re.compile(r.pattern), r.reason) for r in DEFAULT_DENY_RULES)
+
+
+def _compile_rules(patterns: Sequence[str] | None) -> Sequence[tuple[re.Pattern[str], str]]:
     if patterns is None:
-        return [(re.compile(r.pattern), r.reason) for r in DEFAULT_DENY_RULES]
+        return _default_rules()
     reasons = {r.pattern: r.reason for r in DEFAULT_DENY_RULES}
     return [(re.compile(p), reasons.get(p, f"matches the deny pattern {p!r}")) for p in patterns]
 
@@ -288,7 +295,7 @@ def exec_tool(
     ``[*DEFAULT_DENY_PATTERNS, ...]`` to extend it); ``env`` defaults to this process's
     environment, scrubbed of secrets either way; ``sandbox`` (default: none) says where
     commands run."""
-    rules = _compile_rules(deny_patterns)
+    rules = None if deny_patterns is None else _compile_rules(deny_patterns)  # bad ones fail here
     child_env = scrub_env(os.environ if env is None else env)
     ceiling = max(timeout, MAX_EXEC_TIMEOUT)
     default_timeout = timeout  # the tool's own parameter shadows this one
@@ -298,7 +305,7 @@ def exec_tool(
             raise ToolError("command is empty")
         if timeout is not None and timeout <= 0:
             raise ToolError("timeout must be a positive number of seconds")
-        reason = _first_hit(command, rules)
+        reason = _first_hit(command, _default_rules() if rules is None else rules)
         if reason is not None:
             raise ToolError(
                 f"command blocked by the safety deny-list: {reason}. If this is really "
