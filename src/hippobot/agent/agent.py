@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 TURN_LOCK_TIMEOUT_S = 600.0
 _REGISTRY_CACHE = 128
 _RECALL_QUERY_CHARS = 2_000  # of a long message, its start and end are searched
+_INLINE_MESSAGE_CHARS = 2_000  # a message this short is redacted on the event loop (~0.1 ms)
 # Recalled memory is saved with its message and replayed with it: at most 1/32 of the input
 # budget per message (~230 tokens in an 8,192-token window, 300 from ~10k up), and none when
 # that is under 100 tokens (windows under ~4,600 tokens: in a 4,096-token window even one
@@ -429,13 +430,16 @@ class Agent:
 
             for path in media:  # fail before anything is saved: a clear error, nothing lost
                 load_image_block(Path(path).expanduser())
-        session = await self.sessions.aget(key)  # a file lock wait must not block the loop
         async with self._turn_lock(key, on_event):
-            await self.sessions.refresh(session)
+            session = await self.sessions.current(key)  # read under the lock: current
             await self._prepare(session, on_event)
             recalled = await self._recall_for(session, text)  # before the message is in the index
-            # Redacting and counting a long message take a while: not on the event loop.
-            user = await asyncio.to_thread(self._counted_user_message, key, text, media, recalled)
+            # Redacting and counting a long message take a while: not on the event loop. A
+            # short one takes less than the trip to a worker thread and back.
+            if media or len(text) > _INLINE_MESSAGE_CHARS:
+                user = await asyncio.to_thread(self._counted_user_message, key, text, media, recalled)
+            else:
+                user = self._counted_user_message(key, text, media, recalled)
             # A message re-sent after a failed turn is answered from its stored copy: the
             # model sees the question once (docs/sessions.md).
             stored = session.unanswered(user)

@@ -207,20 +207,27 @@ class SerialProvider:
         gate, chat = self.gate, not in_background()
         mark = await gate.claim_chat() if chat and not _CLAIMED.get() else None
         slot = None
+        note: asyncio.Future[None] | None = None
         try:
             slot = await gate.try_slot(chat=chat)
             if slot is None:
                 yield Queued(await gate.holder())
                 slot = await gate.wait_slot(chat=chat)
                 yield Started()
-            await gate.note_holder()
+            # Written while the request goes out (a display hint: the request need not wait
+            # for it), and before the slot is given up, so it never outlives the holding.
+            note = asyncio.ensure_future(gate.note_holder())
             async for event in self.inner.stream(request):
                 yield event
         finally:
-            if slot is not None:
-                slot.release()
-            if mark is not None:
-                mark.release()
+            try:
+                if note is not None:
+                    await asyncio.shield(note)
+            finally:
+                if slot is not None:
+                    slot.release()
+                if mark is not None:
+                    mark.release()
 
     async def aclose(self) -> None:
         close = getattr(self.inner, "aclose", None)

@@ -204,26 +204,23 @@ class AutoRecall:
             return out
         query = search_text(query)
         try:
-            index = await _within(asyncio.to_thread(self._index), deadline)
-            vector = None
-            if index.semantic:
+            # Opening the index and a keyword search share one trip to a worker thread.
+            index, hits = await _within(
+                asyncio.to_thread(self._open_and_search, query, session_key), deadline
+            )
+            out.mode, out.bar = "keyword", self._bar(None)
+            if hits is None:  # the index has vectors: the query's first, within half the time
+                vector = None
                 half = started + self.timeout_s / 2
                 try:
                     vector = await _within(asyncio.to_thread(index.embed_query, query), half)
                 except TimeoutError:
                     out.note = f"the query vector was not ready within {self.timeout_s / 2:g} s: keywords only"
-            out.mode = "hybrid" if vector is not None else "keyword"
-            bar = self.min_score
-            out.bar = bar if bar is not None else VECTOR_BAR if vector is not None else KEYWORD_BAR
-            hits = await _within(
-                asyncio.to_thread(
-                    index.search, query, k=_SEARCH_K, session_key=session_key,
-                    include_other_sessions=self.include_other_sessions, min_score=out.bar,
-                    vector=vector, semantic=vector is not None,
-                    snippet_chars=_SNIPPET_CHARS, marks=False, max_terms=_MAX_TERMS,
-                ),
-                deadline,
-            )  # fmt: skip
+                out.mode = "hybrid" if vector is not None else "keyword"
+                out.bar = self._bar(vector)
+                hits = await _within(
+                    asyncio.to_thread(self._search, index, query, session_key, vector), deadline
+                )
         except TimeoutError:
             out.mode, out.note = "timeout", f"memory search took longer than {self.timeout_s:g} s"
             self._warn_once("timeout", f"recall before answering skipped: {out.note}")
@@ -234,6 +231,27 @@ class AutoRecall:
             self._choose(hits, session_key, shown, out)
         out.seconds = time.monotonic() - started
         return out
+
+    def _bar(self, vector: Any) -> float:
+        if self.min_score is not None:
+            return self.min_score
+        return VECTOR_BAR if vector is not None else KEYWORD_BAR
+
+    def _search(self, index: RecallIndex, query: str, session_key: str, vector: Any) -> list[Hit]:
+        return index.search(
+            query, k=_SEARCH_K, session_key=session_key,
+            include_other_sessions=self.include_other_sessions, min_score=self._bar(vector),
+            vector=vector, semantic=vector is not None,
+            snippet_chars=_SNIPPET_CHARS, marks=False, max_terms=_MAX_TERMS,
+        )  # fmt: skip
+
+    def _open_and_search(self, query: str, session_key: str) -> tuple[RecallIndex, list[Hit] | None]:
+        """The index, and the keyword hits when it has no vectors (None: it has some, and
+        the query's vector comes first)."""
+        index = self._index()
+        if index.semantic:
+            return index, None
+        return index, self._search(index, query, session_key, None)
 
     def _choose(
         self, hits: list[Hit], session_key: str, shown_now: Callable[[], Shown], out: Recollection

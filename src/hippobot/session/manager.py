@@ -109,6 +109,23 @@ class SessionManager:
             self._remember(session)
         return session
 
+    async def current(self, key: str) -> Session:
+        """The session for ``key`` as it is on disk now, for a caller holding its turn
+        lock: a cached one refreshed, else loaded under the lock, which is current without
+        a second look (one trip to a worker thread either way)."""
+        validate_key(key)
+        session = self._cached(key)
+        if session is None:
+            loaded = await _in_thread(self.store.load, key)
+            session = self._cached(key)
+            if session is None:
+                session = loaded or Session(key=key)
+                self._remember(session)
+                return session
+        # cached, or loaded by another task meanwhile (perhaps before the lock was taken)
+        await self.refresh(session)
+        return session
+
     def lock(self, key: str) -> asyncio.Lock:
         """The per-key turn lock."""
         lock = self._locks.get(key)
