@@ -236,6 +236,11 @@ class Workspace:
         return self.state_dir / "usage.jsonl"
 
     @property
+    def skills_cache(self) -> Path:
+        """Derived: the skills' parsed front matter (``context.skills.FrontMatterCache``)."""
+        return self.state_dir / "skills.json"
+
+    @property
     def dream_state(self) -> Path:
         return self.state_dir / "dream"
 

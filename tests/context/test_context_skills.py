@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from hippobot.context.skills import SkillsIndex, builtin_skills_dir
+from hippobot.context.skills import FrontMatterCache, SkillsIndex, builtin_skills_dir
 
 
 def skill(ws: Path, name: str, text: str) -> Path:
@@ -101,3 +103,60 @@ def test_skills_are_sorted_by_name(tmp_path):
     for name in ("zeta", "alpha", "mid"):
         skill(tmp_path, name, f"---\nname: {name}\ndescription: d\n---\n")
     assert [s.name for s in index(tmp_path, builtin=False).skills()] == ["alpha", "mid", "zeta"]
+
+
+# --- front matter kept between processes ------------------------------------------------
+
+
+def _kept(ws: Path, **kw) -> SkillsIndex:
+    return index(ws, front_matter=FrontMatterCache(ws / ".hippobot" / "skills.json", **kw))
+
+
+def test_a_later_process_reads_the_same_skills_from_the_kept_front_matter(tmp_path):
+    skill(tmp_path, "video", "---\nname: video\ndescription: Cut  videos\nrequires:\n  bins: [ffmpeg]\n  env: [KEY]\n---\nbody\n")
+    skill(tmp_path, "broken", "---\nname: [unclosed\n---\nbody\n")
+    skill(tmp_path, "nameless", "---\ndescription: no name\n---\nbody\n")
+    first = _kept(tmp_path).skills()
+    assert (tmp_path / ".hippobot" / "skills.json").exists()
+    again = _kept(tmp_path).skills()  # a new index: answers from the file, not from YAML
+    assert again == first
+    kept = {s.name: s for s in again}
+    assert kept["video"].requires_bins == ("ffmpeg",) and kept["video"].description == "Cut videos"
+    assert kept["broken"].invalid.startswith("broken front matter")
+    assert kept["nameless"].invalid == "missing name"
+
+
+def test_an_edited_skill_is_parsed_again(tmp_path):
+    skill(tmp_path, "tone", "---\nname: tone\ndescription: House style\n---\nNo emojis.\n")
+    _kept(tmp_path).skills()
+    skill(tmp_path, "tone", "---\nname: tone\ndescription: Plain words only\nalways: true\n---\nNo emojis.\n")
+    tone = by_name(_kept(tmp_path))["tone"]
+    assert (tone.description, tone.always) == ("Plain words only", True)
+
+
+def test_a_damaged_front_matter_file_is_ignored_and_rewritten(tmp_path):
+    skill(tmp_path, "tone", "---\nname: tone\ndescription: House style\n---\nbody\n")
+    cache = tmp_path / ".hippobot" / "skills.json"
+    cache.parent.mkdir()
+    cache.write_text('{"version": 1, "entries": {"x": {"fields": {"name": 3}}}', encoding="utf-8")
+    assert by_name(_kept(tmp_path))["tone"].description == "House style"
+    assert "House style" in cache.read_text(encoding="utf-8")
+
+
+def test_reading_only_never_writes_the_front_matter_file(tmp_path):
+    skill(tmp_path, "tone", "---\nname: tone\ndescription: House style\n---\nbody\n")
+    assert by_name(_kept(tmp_path, write=False))["tone"].description == "House style"
+    assert not (tmp_path / ".hippobot").exists()
+
+
+def test_a_start_whose_skills_did_not_change_loads_no_yaml_parser(tmp_path):
+    skill(tmp_path, "tone", "---\nname: tone\ndescription: House style\n---\nbody\n")
+    code = (
+        "import sys; from pathlib import Path; from hippobot.context.skills import FrontMatterCache, SkillsIndex\n"
+        f"ws = Path({str(tmp_path)!r})\n"
+        "names = [s.name for s in SkillsIndex(ws, env={}, front_matter=FrontMatterCache(ws / '.hippobot' / 'skills.json')).skills()]\n"
+        "print(sorted(names), 'yaml' in sys.modules)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    assert runs[0].split("]")[0] == runs[1].split("]")[0] and "'tone'" in runs[0]
+    assert runs[0].strip().endswith("True") and runs[1].strip().endswith("False")

@@ -27,7 +27,7 @@ from hippobot.context.budget import Budget, compact_prompt, usage_estimate
 from hippobot.context.builder import ContextBuilder
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.runtime import attach_runtime_context, runtime_context_block
-from hippobot.context.skills import SkillsIndex
+from hippobot.context.skills import FrontMatterCache, SkillsIndex
 from hippobot.errors import ProviderError, StorageError, UserError
 from hippobot.lifecycle.background import BackgroundJobs
 from hippobot.locks import LockTimeout, acquire_async
@@ -183,7 +183,10 @@ class Agent:
         self.files = WorkspaceFiles(
             self.workspace, self.project, max_file_chars=defaults.bootstrap_max_chars
         )
-        self.skills = SkillsIndex(self.workspace, env=settings.env)
+        self.skills = SkillsIndex(
+            self.workspace, env=settings.env,
+            front_matter=FrontMatterCache(self.paths.skills_cache, write=not read_only),
+        )
         self.jobs = BackgroundJobs()
         self.llm = ModelClient(
             settings.model_target,

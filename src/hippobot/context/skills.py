@@ -14,6 +14,10 @@ A skill is ``<root>/<name>/SKILL.md`` with YAML front matter::
 Roots are the workspace's ``skills/`` and the skills shipped with hippobot; a workspace
 skill overrides a built-in one of the same name.
 
+Parsed front matter is kept between processes in ``.hippobot/skills.json``, by the digest of
+its text (:class:`FrontMatterCache`), so a start whose skills did not change never imports
+the YAML parser (~15 ms).
+
 Invariants:
 
 * Scanning never raises: a broken file is returned as a :class:`Skill` with ``invalid`` set.
@@ -24,6 +28,9 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import shutil
 import threading
@@ -34,12 +41,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from hippobot.atomic import atomic_write_text
 from hippobot.context.loader import RACY_WINDOW_NS, FileCache, FileText
 from hippobot.workspace import Workspace
 
-__all__ = ["SKILL_FILE", "Skill", "SkillsIndex", "builtin_skills_dir", "parse_skill"]
+__all__ = ["SKILL_FILE", "FrontMatterCache", "Skill", "SkillsIndex", "builtin_skills_dir", "parse_skill"]
+
+log = logging.getLogger(__name__)
 
 SKILL_FILE = "SKILL.md"
 
@@ -111,8 +119,25 @@ def _fields(meta: Any) -> dict[str, Any]:
     }
 
 
-def parse_skill(text: str, path: Path, *, builtin: bool = False) -> Skill:
+def read_front_matter(header: str) -> dict[str, Any] | str:
+    """The validated fields of a front matter, or why it is not valid."""
+    import yaml  # imported for a header not parsed before only: see FrontMatterCache
+
+    try:
+        return _fields(yaml.safe_load(header))
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        return f"broken front matter: {problem}"
+    except ValueError as exc:
+        return str(exc)
+
+
+def parse_skill(
+    text: str, path: Path, *, builtin: bool = False,
+    front_matter: Callable[[str], dict[str, Any] | str] = read_front_matter,
+) -> Skill:
     """A skill from its SKILL.md text; never raises (problems go to ``invalid``).
+    ``front_matter`` reads the header (:func:`read_front_matter`, or a cache of it).
 
     Availability is not checked here; see :meth:`SkillsIndex.skills`.
     """
@@ -122,15 +147,98 @@ def parse_skill(text: str, path: Path, *, builtin: bool = False) -> Skill:
         return Skill(fallback_name, "", path, builtin=builtin,
                      invalid="missing front matter (--- name, description ---)")
     header, body = split
-    try:
-        fields = _fields(yaml.safe_load(header))
-    except yaml.YAMLError as exc:
-        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
-        return Skill(fallback_name, "", path, builtin=builtin,
-                     invalid=f"broken front matter: {problem}")
-    except ValueError as exc:
-        return Skill(fallback_name, "", path, builtin=builtin, invalid=str(exc))
+    fields = front_matter(header)
+    if isinstance(fields, str):
+        return Skill(fallback_name, "", path, builtin=builtin, invalid=fields)
     return Skill(path=path, body=body, builtin=builtin, **fields)
+
+
+class FrontMatterCache:
+    """:func:`read_front_matter`'s answers by the digest of the header's text, kept in
+    ``path`` between processes (None: in memory only). The answer is a function of the
+    text alone, so an entry is never stale; :meth:`save` keeps the headers of the last scan.
+    ``write`` off (read-only commands): the file is read, never written."""
+
+    VERSION = 1
+
+    def __init__(self, path: Path | None, *, write: bool = True) -> None:
+        self.path = path
+        self.write = write and path is not None
+        self._known: dict[str, dict[str, Any] | str] | None = None
+        self._used: set[str] = set()
+        self._dirty = False
+        self._lock = threading.Lock()
+
+    def __call__(self, header: str) -> dict[str, Any] | str:
+        key = hashlib.blake2b(header.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        with self._lock:
+            known = self._load()
+            found = known.get(key)
+            self._used.add(key)
+        if found is None:
+            found = read_front_matter(header)
+            with self._lock:
+                known[key] = found
+                self._dirty = True
+        return dict(found) if isinstance(found, dict) else found
+
+    def _load(self) -> dict[str, dict[str, Any] | str]:
+        if self._known is None:
+            self._known = {}
+            if self.path is not None:
+                self._known = _decode_front_matter(self.path)
+        return self._known
+
+    def save(self) -> None:
+        """Write what the scans parsed, if anything was new (never raises)."""
+        with self._lock:
+            if not (self._dirty and self.write and self.path is not None):
+                return
+            known = self._load()
+            entries = {k: _encode_entry(v) for k, v in known.items() if k in self._used}
+            self._dirty = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps({"version": self.VERSION, "entries": entries}))
+        except OSError as exc:  # derived state: the next start parses again
+            log.debug("could not keep the skills' front matter in %s: %s", self.path, exc)
+
+
+def _encode_entry(value: dict[str, Any] | str) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"invalid": value}
+    return {"fields": {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}}
+
+
+def _decode_front_matter(path: Path) -> dict[str, dict[str, Any] | str]:
+    """The entries of a cache file; anything unreadable or malformed is left out (and parsed
+    again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != FrontMatterCache.VERSION:
+        return {}
+    entries = data.get("entries")
+    out: dict[str, dict[str, Any] | str] = {}
+    for key, entry in (entries.items() if isinstance(entries, dict) else ()):
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("invalid"), str):
+            out[key] = entry["invalid"]
+            continue
+        fields = entry.get("fields")
+        if not isinstance(fields, dict):
+            continue
+        try:  # the same validation a freshly parsed header gets
+            out[key] = _fields({
+                "name": fields["name"], "description": fields["description"],
+                "always": fields["always"],
+                "requires": {"bins": fields["requires_bins"] or None, "env": fields["requires_env"] or None},
+            })
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 def _missing(skill: Skill, env: Mapping[str, str], which: Callable[[str], str | None]) -> str | None:
@@ -148,7 +256,8 @@ class SkillsIndex:
     """The skills of a workspace plus the built-in ones, sorted by name.
 
     ``env`` is the environment availability is checked against (``None``: the process
-    environment, read at call time); ``which`` finds binaries (``shutil.which``).
+    environment, read at call time); ``which`` finds binaries (``shutil.which``);
+    ``front_matter`` keeps parsed headers (default: in this process only).
     """
 
     def __init__(
@@ -161,6 +270,7 @@ class SkillsIndex:
         builtin_dir: Path | None = None,
         cache: FileCache | None = None,
         max_skill_chars: int = 20_000,
+        front_matter: FrontMatterCache | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self._roots: list[tuple[Path, bool]] = []
@@ -170,6 +280,7 @@ class SkillsIndex:
         self._env = env
         self._which = which
         self._files = cache or FileCache(max_chars=max_skill_chars)
+        self._front = front_matter or FrontMatterCache(None)
         self._dirs: dict[Path, tuple[tuple[int, int], tuple[Path, ...]]] = {}
         self._parsed: dict[Path, tuple[FileText, Skill]] = {}
         self._last: tuple[Skill, ...] = ()
@@ -190,6 +301,7 @@ class SkillsIndex:
                 skill = self._parse(skill_dir / SKILL_FILE, is_builtin, within)
                 if skill is not None:
                     by_name[skill.name] = skill
+        self._front.save()
         result = []
         for name in sorted(by_name):
             skill = by_name[name]
@@ -232,6 +344,6 @@ class SkillsIndex:
         cached = self._parsed.get(path)
         if cached and cached[0] is text:
             return cached[1]
-        skill = parse_skill(text.text, path, builtin=is_builtin)
+        skill = parse_skill(text.text, path, builtin=is_builtin, front_matter=self._front)
         self._parsed[path] = (text, skill)
         return skill
