@@ -750,43 +750,56 @@ class Agent:
         except Exception as exc:  # stays pending: the next turn or run commits it
             log.warning("could not version the memory edit: %s", exc)
 
-    def fixed_prompt_tokens(self, session: Session, *, estimate: bool = False) -> int:
-        """Tokens every request carries whatever the memory: identity, tool contract, skills
-        list, tool schemas, plus the consolidation instruction its archive requests append.
-        ``estimate``: the offline estimator's figure (no tokenizer tables loaded)."""
+    def _fixed_prompt(self, session: Session) -> tuple[list[str], list[dict[str, Any]]]:
+        """What every request carries whatever the memory: the texts of the identity, tool
+        contract, skills list and active skills, the consolidation instruction its archive
+        requests append (last), and the tool schemas."""
         from hippobot.prompts import render
 
-        count_text = tokens.estimate_text if estimate else tokens.count_text
-        count_tools = tokens.estimate_tools if estimate else tokens.count_tools
         registry = self.tools_for(session.key)
         system = self.prompts.system_prompt(session, registry.names())
-        fixed = sum(
-            count_text(s.text) + 4
-            for s in system.sections
+        texts = [
+            s.text for s in system.sections
             if s.name in ("identity", "tool_contract", "skills", "active_skills")
-        )
-        instruction = render("consolidate.md", count=99, last_excerpt="x" * 60)
-        return fixed + count_tools(registry.schemas()) + count_text(instruction)
+        ]
+        texts.append(render("consolidate.md", count=99, last_excerpt="x" * 60))
+        return texts, registry.schemas()
+
+    def fixed_prompt_tokens(self, session: Session, *, estimate: bool = False) -> int:
+        """Tokens every request carries whatever the memory (:meth:`_fixed_prompt`).
+        ``estimate``: the offline estimator's figure (no tokenizer tables loaded)."""
+        count_text = tokens.estimate_text if estimate else tokens.count_text
+        count_tools = tokens.estimate_tools if estimate else tokens.count_tools
+        texts, schemas = self._fixed_prompt(session)
+        *sections, instruction = texts
+        return sum(count_text(t) + 4 for t in sections) + count_tools(schemas) + count_text(instruction)
 
     def check_window(self, session: Session) -> None:
         """A ConfigError naming the smallest workable window when the fixed prompt leaves no
         room for a conversation (checked once per process).
 
-        A window that fits even a generous bound on the estimate (1.5x the offline estimator,
-        which stays within ~15% of the tokenizer) passes without loading the tokenizer's
-        tables, a few hundred milliseconds and ~30 MB before a one-shot's first request; only
-        a tight window is counted exactly, and its error names exact figures."""
+        No token is shorter than a byte, so the fixed prompt's UTF-8 size bounds its count
+        from above for free: a window with room even for that passes at once. Else a window
+        that fits a generous bound on the estimate (1.5x the offline estimator, which stays
+        within ~15% of the tokenizer) passes without loading the tokenizer's tables, a few
+        hundred milliseconds and ~30 MB before a one-shot's first request; only a tight
+        window is counted exactly, and its error names exact figures."""
         if self._window_checked or not self.budget.enabled:
             return
         from hippobot.context.budget import MIN_CONVERSATION_TOKENS, check_window
 
-        bound = int(self.fixed_prompt_tokens(session, estimate=True) * 1.5) + 64
-        if self.budget.input - self.budget.history_tokens - bound < MIN_CONVERSATION_TOKENS:
-            check_window(
-                self.budget, self.fixed_prompt_tokens(session),
-                "identity, tool contract, skills list, tool schemas, archive instruction",
-                config_path=str(self.settings.config_path),
-            )
+        room = self.budget.input - self.budget.history_tokens
+        texts, schemas = self._fixed_prompt(session)
+        size = sum(len(t.encode("utf-8", "surrogatepass")) + 4 for t in texts)
+        size += len(json.dumps(schemas, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if room - size < MIN_CONVERSATION_TOKENS:
+            bound = int(self.fixed_prompt_tokens(session, estimate=True) * 1.5) + 64
+            if room - bound < MIN_CONVERSATION_TOKENS:
+                check_window(
+                    self.budget, self.fixed_prompt_tokens(session),
+                    "identity, tool contract, skills list, tool schemas, archive instruction",
+                    config_path=str(self.settings.config_path),
+                )
         self._window_checked = True
 
     def _after_turn(self, session: Session) -> None:
