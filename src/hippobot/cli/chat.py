@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from hippobot.cli._common import start_over
 from hippobot.errors import HippobotError, ProviderError, UserError
 from hippobot.loop.events import (
     AgentEvent,
@@ -283,10 +284,11 @@ class _Printer:
         self.err.flush()
 
 
-async def _one_turn(api: Api, key: str, text: str, media: Sequence[str], printer: _Printer) -> TurnResult:
+async def _one_turn(api: Api, key: str, text: str, media: Sequence[str], printer: _Printer,
+                    on_event: Callable[[AgentEvent], None] | None = None) -> TurnResult:
     printer.begin()
     try:
-        return await api.handle(key, text, media=media, on_event=printer)
+        return await api.handle(key, text, media=media, on_event=on_event or printer)
     finally:
         printer.finish()
 
@@ -314,11 +316,18 @@ async def one_shot(api: Api, key: str, message: str, media: Sequence[str], *, as
 
     printer = _Printer(sys.stdout, sys.stderr, stream=False, color=tty,
                        progress=_Progress(sys.stderr, enabled=tty), on_done=show)
+
+    def on_event(ev: AgentEvent) -> None:
+        printer(ev)
+        if not isinstance(ev, ModelWaiting):
+            start_over()  # the model answers (text, a tool call, a retry): the start is over
+
     try:
-        result = await _one_turn(api, key, message, media, printer)
+        result = await _one_turn(api, key, message, media, printer, on_event)
         if not shown:  # a slash command: answered without a model turn
             show(result.reply, result.command)
     finally:
+        start_over()
         await api.finish(_dim_notice)
     return 0
 
