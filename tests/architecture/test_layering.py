@@ -18,7 +18,7 @@ SRC = Path(hippobot.__file__).parent
 FRONT = {"cli", "server"}
 LOWER = {"context", "session", "memory", "providers", "tools", "recall", "loop"}
 BASE = {"messages", "errors", "redact", "locks", "workspace", "safeio", "atomic", "factmatch",
-        "config", "prompts", "usage_ledger", ""}  # "": the hippobot package itself
+        "config", "prompts", "usage_ledger", "schema_build", ""}  # "": the hippobot package itself
 # Each package's layer, top first: a module imports only from its own layer or below.
 LAYER = {
     **dict.fromkeys(FRONT | {"__main__"}, 4),

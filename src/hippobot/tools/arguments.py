@@ -34,6 +34,7 @@ from pydantic_core import ErrorDetails, core_schema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from hippobot.errors import ToolError
+from hippobot.schema_build import without_pydantic_plugins
 
 __all__ = ["ToolArguments"]
 
@@ -140,7 +141,8 @@ def _compile(spec: _Spec) -> _Compiled:
         fields[name] = field if required else NotRequired[field]
     arguments = TypedDict("arguments", fields)  # type: ignore[misc]
     strict = with_config(ConfigDict(extra="forbid", strict=True))
-    adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(strict(arguments))
+    with without_pydantic_plugins():
+        adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(strict(arguments))
     schema = adapter.json_schema(schema_generator=_ModelFacing)
     schema.pop("title")
     return _Compiled(adapter, schema)
