@@ -19,6 +19,7 @@ characters, every term is emitted as a double-quoted string, and operators (``AN
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sqlite3
@@ -82,8 +83,14 @@ _UNSEGMENTED = (
     "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
     "\U00020000-\U0003134f"
 )
-_UNSEG_RUN = re.compile(f"[{_UNSEGMENTED}]+")
-_UNSEG_CHAR = re.compile(f"[{_UNSEGMENTED}]")
+
+
+@functools.cache
+def _unsegmented() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A run of those scripts, and one character of them. Compiled at first use: each wide
+    class takes ~4 ms to compile, and a text that is all ASCII never needs them."""
+    return re.compile(f"[{_UNSEGMENTED}]+"), re.compile(f"[{_UNSEGMENTED}]")
+
 
 # English function words: dropped from a query that has other terms (they match nearly
 # every row, which makes BM25 slow and adds nothing to the ranking).
@@ -118,8 +125,10 @@ def index_text(text: str) -> str:
     Invariant: deterministic. Rows are deleted from the contentless FTS table by replaying
     this exact output, so a change here must bump the index schema version.
     """
+    if text.isascii():
+        return text  # NFKC leaves ASCII as it is, and no unsegmented script is in it
     text = unicodedata.normalize("NFKC", text)
-    return _UNSEG_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+    return _unsegmented()[0].sub(lambda m: f" {_bigrams(m.group(0))} ", text)
 
 
 def owner_token(kind: str, session_key: str | None) -> str:
@@ -175,7 +184,7 @@ class ParsedQuery:
 
 def _char_class(ch: str) -> int:
     """0 separator, 1 word character (unicode61: L*, N*, Co, M*), 2 unsegmented script."""
-    if _UNSEG_CHAR.match(ch):
+    if not ch.isascii() and _unsegmented()[1].match(ch):
         return 2
     cat = unicodedata.category(ch)
     return 1 if cat[0] in "LNM" or cat == "Co" else 0
@@ -272,7 +281,7 @@ def _word_start(text: str, pos: int) -> bool:
     if pos == 0:
         return True
     before = text[pos - 1]
-    return not before.isalnum() or _UNSEG_CHAR.match(before) is not None
+    return not before.isalnum() or (not before.isascii() and _unsegmented()[1].match(before) is not None)
 
 
 def _densest_window(spans: list[tuple[int, int, int]], width: int) -> int:
