@@ -68,7 +68,11 @@ def cli_command() -> list[str]:
 
 
 def _child_env(home: Path, api_base: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_"))}
+    # PYTHONDONTWRITEBYTECODE left out: without bytecode every run would compile hippobot's
+    # source again (~0.2 s), which an installed copy (or llm's, or nanobot's) never does; the
+    # untimed warm-up run writes it.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HIPPOBOT_", "OPENAI_", "ANTHROPIC_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(bench_env(home, api_base))
     env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
     return env
