@@ -255,8 +255,8 @@ class RecallConfig(_Model):
     auto_tokens: int = Field(300, ge=0, le=4000)
     """Tokens the hits recalled for one message may take (0 turns recall off)."""
     auto_min_score: float | None = Field(None, ge=0.0, le=1.0)
-    """Relevance a hit needs to be recalled; null: 0.05 with vectors, 0.02 by keywords only
-    (chosen on LoCoMo conversations 1-5, see docs/recall.md)."""
+    """Relevance a hit needs to be recalled; null: 0.02 (with vectors or by keywords only;
+    chosen on LoCoMo conversations 1-5, see docs/recall.md)."""
     auto_timeout_s: float = Field(1.5, gt=0, le=30)
     """Seconds recall may add to a turn; a query vector not ready in half of it is skipped
     (keywords only), and a search not done in it is dropped for that turn."""
