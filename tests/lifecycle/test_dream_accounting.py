@@ -200,7 +200,8 @@ def test_the_model_cannot_decline_a_fact_the_user_asked_to_keep():
              Fact(3, "permanent", "User said: Correction: I live in Osaka now, not in Tokyo")]
     [tokyo, _osaka] = account(moved, {}, {"USER.md": "- Lives in Osaka, not in Tokyo\n"},
                              rejections=[("User said: I live in Tokyo", "superseded by the correction")])
-    assert (tokyo.status, tokyo.reason) == ("rejected", "superseded by the correction")
+    # ("X, not Y" replaces Y whatever the line's tag: the code finds the supersession itself)
+    assert (tokyo.status, tokyo.reason) == ("rejected", "superseded by the correction in #3")
 
 
 async def test_a_durable_fact_called_ephemeral_by_dream_is_still_filed(make_agent, scripted_model):
@@ -233,3 +234,23 @@ async def test_a_declined_permanent_fact_is_kept_and_in_the_next_prompt(make_age
     scripted_model.reply("At Initech.")
     await agent.turn("cli:other", "where do I work?")
     assert "Initech as a nurse" in scripted_model.requests[-1].messages[0]["content"]
+
+
+async def test_a_move_tagged_durable_replaces_the_old_city_in_the_same_batch(make_agent, scripted_model):
+    # Seen with Qwen2.5-Coder-1.5B: the summary tagged the move "[durable] User lives in
+    # Osaka now, not in Tokyo" instead of [correction]; Dream's one finding wrote the old
+    # city, the stale check then held the whole batch and nothing reached the files.
+    agent = make_agent()
+    plant(agent, "- [durable] Tokyo is the city where Maya lives.",
+          "- [durable] User lives in Osaka now, not in Tokyo")
+    scripted_model.reply("[USER] Tokyo is the city where Maya lives")
+    scripted_model.fallback = lambda request: "Nothing else."  # the edit phase, the retry
+    result = await agent.dream.run()
+    assert not result.held, result.describe()
+    status = {o.fact.text: o for o in result.outcomes}
+    assert status["Tokyo is the city where Maya lives."].status == "rejected"
+    assert "superseded" in status["Tokyo is the city where Maya lives."].reason
+    files = user_md(agent) + (agent.workspace / "memory" / "MEMORY.md").read_text(encoding="utf-8")
+    assert "Osaka" in files
+    assert not [line for line in files.splitlines() if "Tokyo" in line and "not in Tokyo" not in line]
+    assert agent.memory.pending_count() == 0

@@ -67,6 +67,14 @@ class Fact:
         return split_correction(self.text, strict=self.kind != "correction")
 
     @property
+    def corrects(self) -> bool:
+        """Whether the line replaces an earlier value: tagged a correction, or (whatever its
+        tag; a small model's summary wrote "[durable] User lives in Osaka now, not in
+        Tokyo") it says "X, not Y". The stale check already read such a line so; the
+        supersession must too, or the batch writes the old value and holds itself."""
+        return self.kind == "correction" or self.old is not None
+
+    @property
     def ref(self) -> Replaces | None:
         """The earlier fact this line names as the one it replaces, if it names one."""
         return replaces_ref(self.text)[1]
@@ -133,7 +141,7 @@ def _topic(text: str) -> set[str]:
 def superseded_by(fact: Fact, facts: Sequence[Fact]) -> Fact | None:
     """A later correction of the batch that replaces ``fact`` (and does not restate it)."""
     for later in facts:
-        if later.kind == "correction" and later.replaces(fact) and not states(fact.text, later.claim, loose=True):
+        if later.corrects and later.replaces(fact) and not states(fact.text, later.claim, loose=True):
             return later
     return None
 

@@ -284,7 +284,7 @@ def _with_history_values(findings: Sequence[Finding], facts: Sequence[Fact]) -> 
     from hippobot.factmatch import states
 
     superseded = [f for f in facts if superseded_by(f, facts) is not None]
-    corrections = [(f, old_value(f, facts)) for f in facts if f.kind == "correction"]
+    corrections = [(f, old_value(f, facts)) for f in facts if f.corrects]
     out = []
     for finding in findings:
         if finding.action == "add":
