@@ -74,7 +74,8 @@ def test_the_reply_is_on_stdout_before_housekeeping_and_a_kill_then_loses_nothin
         return archivist(request)
 
     scripted_model.fallback = archive_after_the_gate
-    scripted_model.reply_tool_call("write_file", {"path": "memory/MEMORY.md", "content": "- User likes green tea\n"})
+    memory_text = (workspace / "memory" / "MEMORY.md").read_text() + "- User likes green tea\n"  # keeps every line
+    scripted_model.reply_tool_call("write_file", {"path": "memory/MEMORY.md", "content": memory_text})
     scripted_model.reply(REPLY).usage(prompt_tokens=3500)
 
     proc = spawn(hippobot_home, scripted_server, "FACT: I like green tea.")
@@ -94,7 +95,7 @@ def test_the_reply_is_on_stdout_before_housekeeping_and_a_kill_then_loses_nothin
     messages = session_messages(workspace)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert "FACT: I like green tea." in messages[0]["content"] and messages[-1]["content"] == REPLY
-    assert (workspace / "memory" / "MEMORY.md").read_text() == "- User likes green tea\n"
+    assert (workspace / "memory" / "MEMORY.md").read_text() == memory_text
     assert MemoryStore(workspace).read_history() == []  # the consolidation never ran
 
     # The next run finishes what the killed one left: the archive and the version commit.
@@ -114,7 +115,8 @@ async def test_a_version_commit_left_pending_is_made_once_by_the_next_turn(
 ):
     settings = make_settings()
     agent = Agent(settings)
-    scripted_model.reply_tool_call("write_file", {"path": "USER.md", "content": "# User\n\nName: Ada\n"})
+    user_text = (settings.workspace / "USER.md").read_text() + "\n- Name: Ada\n"  # keeps every line
+    scripted_model.reply_tool_call("write_file", {"path": "USER.md", "content": user_text})
     scripted_model.reply("Hello Ada.")
     # As if the process died right after the reply: the commit of the edit is only noted.
     agent.versions.commit = lambda journal: None  # type: ignore[method-assign]

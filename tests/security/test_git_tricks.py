@@ -31,7 +31,8 @@ async def test_the_four_write_attack_from_chat_runs_nothing(make_agent, scripted
             ("write_file", {"path": ".hippobot/p.sh", "content": _payload(marker)}),
             ("write_file", {"path": ".git/config", "content": config_before + FILTER_CONFIG}),
             ("write_file", {"path": ".gitattributes", "content": "* filter=pwn\n"}),
-            ("write_file", {"path": "memory/MEMORY.md", "content": "- the user likes tea\n"}),
+            ("write_file", {"path": "memory/MEMORY.md",  # keeps every line: a memory file loses none
+                            "content": (ws / "memory" / "MEMORY.md").read_text() + "- the user likes tea\n"}),
         ]
     )
     scripted_model.reply("Noted.")

@@ -82,9 +82,14 @@ def build_registry(
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
     redact = _memory_redactor(redactor, workspace, store_path)
-    keeps = {workspace.user.resolve(), workspace.memory_md.resolve()}
+    from hippobot.agent.onboarding import template
+
+    keeps = {
+        workspace.user.resolve(): _lines(template("USER.md")),
+        workspace.memory_md.resolve(): _lines(template("memory/MEMORY.md")),
+    }
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact,
-                               keeps_lines=lambda path: path.resolve() in keeps))
+                               keeps_lines=lambda path: keeps.get(path.resolve())))
     if exec_enabled:
         registry.register(
             exec_tool(
@@ -106,3 +111,8 @@ def build_registry(
         )
     )
     return registry
+
+
+def _lines(text: str) -> frozenset[str]:
+    """A template's lines: what write_file may drop from a memory file (its facts it may not)."""
+    return frozenset(line.strip() for line in text.splitlines() if line.strip())
