@@ -12,7 +12,7 @@ from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
 from hippobot.tools.sandbox import Sandbox
 from hippobot.tools.shell import exec_tool
-from hippobot.workspace import MEMORY_DIR, Workspace
+from hippobot.workspace import MEMORY_DIR, MEMORY_MD, USER_MD, Workspace
 
 if TYPE_CHECKING:
     from hippobot.config import Settings
@@ -85,8 +85,8 @@ def build_registry(
     from hippobot.agent.onboarding import template
 
     keeps = {
-        workspace.user.resolve(): _lines(template("USER.md")),
-        workspace.memory_md.resolve(): _lines(template("memory/MEMORY.md")),
+        workspace.user.resolve(): _lines(template(USER_MD)),
+        workspace.memory_md.resolve(): _lines(template(MEMORY_MD)),
     }
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact,
                                keeps_lines=lambda path: keeps.get(path.resolve())))
