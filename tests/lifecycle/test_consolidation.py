@@ -276,3 +276,29 @@ async def test_a_background_consolidation_leaves_a_turn_still_running_alone(make
     at = next(i for i, m in enumerate(replay) if m.get("tool_calls") == [call])
     assert replay[at + 1] == {"role": "tool", "tool_call_id": "call_running", "name": "read_file",
                               "content": "# User"}
+
+
+async def test_summary_lines_that_only_say_what_went_unsaid_are_not_archived(make_agent, scripted_model):
+    # What Qwen2.5-Coder-1.5B wrote for a short conversation: the one fact, and "corrections"
+    # about what the user had not said, which a Dream batch could never place in a file.
+    agent = make_agent()
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "My cat is called Miso")
+    session = agent.sessions.get("cli:direct")
+    scripted_model.reply(
+        "- [durable] User's cat is called Miso\n"
+        "- [correction] The user's name was not mentioned\n"
+        "- [correction] No location was provided in the conversation\n"
+        "- [durable] User has not specified their age yet"
+    )
+    outcome = await agent.consolidator.archive_until(session, len(session.messages))
+    assert outcome is not None and not outcome.raw
+    assert history_lines(agent)[0]["content"] == "- [durable] User's cat is called Miso"
+
+
+def test_a_summary_of_only_unsaid_things_is_an_empty_answer_not_a_failed_one():
+    parsed = parse_summary("- [correction] The user's name was not mentioned\n- [durable] User's age: unknown")
+    assert parsed.ok and parsed.nothing and parsed.lines == ()
+    # ...while a fact with a negation in it stays a fact.
+    kept = parse_summary("- [durable] User does not eat meat\n- [durable] User did not tell his boss about the move")
+    assert len(kept.lines) == 2

@@ -151,3 +151,16 @@ async def test_asked_again_a_model_that_echoes_the_prompt_removes_nothing(make_a
     assert read(agent, "SOUL.md") == soul
     assert "- I work at Initech as a nurse\n" in read(agent) and "the fact, for USER.md" not in read(agent)
     assert [o.status for o in result.outcomes] == ["written"] and not result.held
+
+
+async def test_an_archived_line_about_what_went_unsaid_does_not_hold_the_batch(make_agent, scripted_model):
+    # Entries archived before such lines were filtered: Dream need not place them anywhere.
+    agent = make_agent()
+    plant(agent, "- [durable] User's cat is called Miso\n- [correction] The user's name was not mentioned")
+    scripted_model.reply("[USER] Has a cat called Miso")
+    scripted_model.reply("Done.")
+    result = await agent.dream.run()
+    assert result.status == "done" and not result.held, result.describe()
+    assert "Miso" in read(agent)
+    assert [o.fact.text for o in result.outcomes] == ["User's cat is called Miso"]
+    assert agent.memory.pending_count() == 0

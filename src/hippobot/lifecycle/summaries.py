@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hippobot.memory.facts import says_nothing
 from hippobot.messages import Message, public_text
 
 __all__ = [
@@ -54,14 +55,16 @@ def parse_summary(text: str) -> ParsedSummary:
     """Accept the line format; reject an answer in which no line follows it.
 
     Stray prose lines next to valid fact lines are dropped (counted in ``rejected``), so a model
-    that adds "Here are the facts:" still archives its facts.
+    that adds "Here are the facts:" still archives its facts. So are lines that only say what
+    was not said ("[correction] The user's name was not mentioned"): an answer of those alone
+    is an empty one.
     """
     text = _THINK.sub("", text or "").strip()
     if not text:
         return ParsedSummary(())
     lines: list[str] = []
     seen: set[str] = set()
-    rejected = 0
+    rejected = unsaid = 0
     for raw in text.splitlines():
         if not raw.strip() or raw.strip().startswith("```"):
             continue
@@ -69,11 +72,14 @@ def parse_summary(text: str) -> ParsedSummary:
         if m is None:
             rejected += 1
             continue
+        if says_nothing(m.group(2)):
+            unsaid += 1
+            continue
         line = f"- [{m.group(1).lower()}] {m.group(2)}"
         if line not in seen:
             seen.add(line)
             lines.append(line)
-    if not lines and _NOTHING.match(text):
+    if not lines and (unsaid or _NOTHING.match(text)):
         return ParsedSummary((), nothing=True)
     return ParsedSummary(tuple(lines), rejected=rejected)
 
@@ -90,12 +96,16 @@ def summary_from_tool_call(arguments: str) -> ParsedSummary:
     if not facts:
         return ParsedSummary((), nothing=True)
     lines = []
+    unsaid = 0
     for f in facts:
         if isinstance(f, dict) and str(f.get("kind", "")).lower() in KINDS and str(f.get("text", "")).strip():
             kind = str(f["kind"]).lower()
             text = str(f["text"]).strip()
+            if says_nothing(text):
+                unsaid += 1  # "the user's name was not mentioned" is no fact
+                continue
             lines.append(f"- [{kind}] {text}{_reference(f.get('replaces'), text, kind)}")
-    return ParsedSummary(tuple(dict.fromkeys(lines)))
+    return ParsedSummary(tuple(dict.fromkeys(lines)), nothing=not lines and unsaid > 0)
 
 
 _CURSOR_REF = re.compile(r"^\s*(?:history)?#?(\d+)\s*(?::\s*(.*?))?\s*$", re.I)

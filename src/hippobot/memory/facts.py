@@ -43,6 +43,7 @@ __all__ = [
     "mentions_old_value",
     "replaced_value",
     "replaces_ref",
+    "says_nothing",
     "split_correction",
     "states",
 ]
@@ -63,6 +64,34 @@ _FROM_TO = re.compile(_CHANGE + r"(?P<cut>\s+from\s+(?P<old>[^,.;]+?))\s+(?=to\b
 _TO_FROM = re.compile(_CHANGE + r"\s+to\s+[^,.;]+?(?P<cut>\s+from\s+(?P<old>[^,.;]+))", re.I)
 # "(replaces: User lives in Tokyo)", "(replaces #12: ...)", "(replaces #12)" at the end
 _REF = re.compile(r"\s*\((?:replaces|corrects)(?:\s+#(\d+))?\s*(?::\s*(.*?))?\s*\)\s*\.?\s*$", re.I)
+
+
+# "The user's name was not mentioned", "No location was provided in the conversation",
+# "User has not specified their age yet": a small model's summary states what it did *not*
+# hear as a fact (seen with Qwen2.5-Coder-1.5B: five such "[correction]" lines in one
+# entry). They say nothing about the user, and as durable lines a Dream batch has to place
+# them in a memory file or stay held. Only a line that *ends* on the absence counts, so
+# "User did not tell his boss about the move" stays a fact.
+_UNSAID = (
+    r"(?:mention(?:ed)?|provided?|specified|stated|given|shared|disclosed|discussed|said|say|"
+    r"revealed|told|indicated|known|available|clear|confirmed)"
+)
+_ABSENCE = re.compile(
+    r"(?:\b(?:not|never|n't)\s+(?:been\s+|yet\s+|explicitly\s+|directly\s+|specifically\s+|clearly\s+)*"
+    + _UNSAID
+    + r"(?:\s+(?:their|his|her|its|the|a|an|any)(?:\s+[\w'-]+){1,2})?"
+    + r"|\b(?:unknown|unspecified|not applicable|n/a))"
+    r"(?:\s+(?:in|during|by|from)\s+(?:the|this)\s+(?:conversation|transcript|chat|user|messages?|dialogue))?"
+    r"(?:\s+(?:yet|so far|explicitly))?\W*$",
+    re.I,
+)
+_NO_VALUE = re.compile(r"^(?:no|none of)\b.*\b(?:was|were|is|are|has been|have been)\s+" + _UNSAID + r"\b", re.I)
+
+
+def says_nothing(text: str) -> bool:
+    """Whether a summary line only says something was not said ("X was not mentioned")."""
+    body = replaces_ref(text)[0].strip()
+    return bool(_ABSENCE.search(body) or _NO_VALUE.search(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +118,8 @@ class FactLine:
 
     @property
     def durable(self) -> bool:
-        return self.kind in DURABLE_KINDS
+        """A line to keep until Dream places it: not one that only says what went unsaid."""
+        return self.kind in DURABLE_KINDS and not says_nothing(self.text)
 
     def render(self) -> str:
         return f"- [{self.kind}] {self.text}"
