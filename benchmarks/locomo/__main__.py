@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     qa.add_argument("--max-tokens", type=int, default=128, help="tokens per reply (default 128)")
     qa.add_argument("--max-tool-iterations", type=int, default=4,
                     help="agents.defaults.maxToolIterations of the run (default 4)")
+    qa.add_argument("--conditions", default=None,
+                    help="which of 'hippobot', 'no memory', 'bm25 top 5' to ask, comma-separated (default all "
+                         "three); a change of hippobot alone need not ask the baselines again")
     qa.add_argument("--results", type=Path, default=None,
                     help="JSONL of answered questions, read to resume (default: --out with .jsonl)")
     args = parser.parse_args(argv)
@@ -224,6 +227,14 @@ def _qa(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except dataset.DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.conditions is not None:
+        from .qa import CONDITIONS
+
+        wanted = tuple(c.strip() for c in args.conditions.split(",") if c.strip())
+        unknown = [c for c in wanted if c not in CONDITIONS]
+        if unknown or not wanted:
+            parser.error(f"--conditions: choose among {', '.join(CONDITIONS)} (got {args.conditions!r})")
+        args.conditions = wanted
     args.embedder_obj, problem = make_embedder(args.embedder, args.cache, args.threads)
     if problem:
         print(f"warning: {problem}; hippobot recalls by keywords in this run", file=sys.stderr)

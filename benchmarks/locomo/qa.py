@@ -555,7 +555,7 @@ def main_qa(args: Any, conversations: list[Conversation]) -> int:
         max_tokens=args.max_tokens, max_tool_iterations=args.max_tool_iterations,
         lifecycle=args.lifecycle, judge=args.judge,
         judge_model=args.judge_model, embedder=args.embedder_obj, results=results,
-        work=args.keep, progress=_log,
+        work=args.keep, progress=_log, conditions=getattr(args, "conditions", None) or CONDITIONS,
     )  # fmt: skip
     _log(f"{len(refs)} questions of {len(selected)} conversations x {len(opts.conditions)} conditions; "
          f"results in {results}")  # fmt: skip
