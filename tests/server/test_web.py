@@ -67,3 +67,17 @@ def test_memory_files_are_rendered_as_markdown_and_their_html_is_text(serve, mak
     tags = re.findall(r"<[a-zA-Z][^>]*>", page)
     assert not [t for t in tags if re.search(r"\s(on[a-z]+|style)\s*=", t)]  # nothing for a CSP to block
     assert not [t for t in tags if t.startswith(("<img", "<script")) or "javascript:" in t]
+
+
+def test_the_page_is_sent_with_a_policy_that_runs_no_script_and_loads_nothing(serve, make_agent):
+    # Over plain HTTP (the browser test checks what Chromium does with it, where it can run).
+    srv = serve(agent=make_agent())
+    response = srv.http.get(f"{srv.root}/")
+    assert response.status_code == 200
+    policy = {d.split()[0]: d.split()[1:] for d in response.headers["content-security-policy"].split("; ")}
+    assert policy["default-src"] == ["'none'"]  # no script, image, frame or connection
+    assert "script-src" not in policy
+    assert [s for s in policy["style-src"] if not s.startswith("'sha256-")] == []  # only the page's own CSS
+    assert policy["frame-ancestors"] == ["'none'"] and policy["base-uri"] == ["'none'"]
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["cache-control"] == "no-store"
