@@ -17,7 +17,7 @@ import pytest
 
 from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
-from hippobot.context.runtime import RECALLED_FOOTER, RECALLED_HEADER
+from hippobot.context.runtime import RECALLED_HEADER
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
 from hippobot.testing import ScriptedModel
 from hippobot.testing.scripted import RecordedRequest
@@ -92,8 +92,6 @@ async def test_a_fact_from_another_chat_rides_on_the_message_and_replays_byte_fo
     assert RECALLED_HEADER in block
     line = next(ln for ln in block.splitlines() if "Luna" in ln)
     assert line.startswith("- [session cli:earlier#0, ") and "user: By the way, my cat is called Luna" in line
-    # the last word before the block closes points the model back at the question
-    assert block.splitlines()[-2] == RECALLED_FOOTER
 
     scripted_model.fallback = None
     scripted_model.reply("A grey tabby.")
@@ -133,7 +131,6 @@ async def test_what_the_system_prompt_shows_is_not_recalled_again(
     request = scripted_model.requests[-1]
     assert "The cat is called Luna" in request.messages[0]["content"]
     assert RECALLED_HEADER not in request.last_user_text()  # shown once, where it lives
-    assert RECALLED_FOOTER not in request.last_user_text()  # nothing recalled, nothing to point back from
     marker = agent.sessions.get("cli:fresh").messages[0]["_recall"]
     assert {"citation": "memory/MEMORY.md:4", "why": "in the system prompt"} in marker["left_out"]
 
