@@ -85,6 +85,12 @@ def test_a_failed_new_archive_stays_pending_and_visible_until_dream_archives_it(
     as_json = json.loads(run(["status", "--json"], hippobot_home).stdout)
     assert as_json["archive_waiting"] == 2 and as_json["unconsolidated"] == 2
 
+    # `dream` tries the archive first; while the model still fails it, dream says so and exits 1
+    still = run(["dream"], hippobot_home, scripted_server)
+    assert still.returncode == 1, (still.stdout, still.stderr)
+    assert "waiting to be archived" in still.stdout + still.stderr
+    assert "2 not yet archived" in run(["status"], hippobot_home).stdout  # still pending, nothing lost
+
     scripted_model.fallback = archivist_and_dreamer  # the model works again
     dream = run(["dream"], hippobot_home, scripted_server)
     assert dream.returncode == 0, dream.stderr
