@@ -26,6 +26,34 @@ async def test_a_written_tool_call_runs_and_only_the_answer_is_shown(make_agent,
     assert tool["role"] == "tool" and "Luna" in tool["content"]
 
 
+async def test_a_call_in_bold_with_bare_keys_runs_and_is_never_shown(make_agent, scripted_model):
+    # Qwen2.5-Coder-1.5B's reply to a newcomer's first message, word for word but the date:
+    # bold marks, keys and the tool's name without quotes, the runtime context as citation.
+    agent = make_agent()
+    scripted_model.reply(
+        '**{name: memory_get, arguments: {"citation": "2026-12-02 13:21 (Wednesday) UTC (UTC+00:00) '
+        '— Channel: cli — Chat ID: direct"}}**\nThis message confirms that the information was retrieved.'
+    )
+    scripted_model.reply("Nice to meet you, Maya.")
+    shown: list[str] = []
+    result = await agent.turn(
+        "cli:direct", "Hi, I'm Maya. My cat is called Luna.",
+        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
+    )
+    assert result.reply == "Nice to meet you, Maya."
+    assert "memory_get" not in "".join(shown) and "**{" not in "".join(shown)
+    assistant, tool = scripted_model.requests[-1].raw["messages"][-2:]
+    assert assistant["tool_calls"][0]["function"]["name"] == "memory_get"
+    assert tool["role"] == "tool" and "not" in tool["content"].lower()  # no such citation: it says so
+
+
+async def test_bold_text_and_braces_in_prose_stay_the_answer(make_agent, scripted_model):
+    agent = make_agent()
+    for text in ("**Luna** is your cat.", "*{draft}* is a placeholder", "`{a: b}` maps a to b"):
+        scripted_model.reply(text)
+        assert (await agent.turn("cli:direct", "hi")).reply == text
+
+
 async def test_with_recovery_off_the_text_is_the_answer(make_agent, scripted_model):
     agent = make_agent(text_tool_calls="off")
     block = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'

@@ -31,7 +31,10 @@ of calls):
 * ``{"type": "function", "function": {"name": N, "arguments": ...}}`` and ``{"tool_calls": [...]}``;
 * ``<function=N>{...}</function>`` (Llama 3.x);
 * an object wrapped in doubled braces ``{{ ... }}`` (a chat-template artefact seen with
-  Qwen2.5 behind llama.cpp).
+  Qwen2.5 behind llama.cpp);
+* an object in bold or code marks, with bare keys and names:
+  ``**{name: memory_get, arguments: {"citation": "..."}}**`` (Qwen2.5-Coder-1.5B's first
+  reply to a newcomer's "Hi, I'm Maya").
 """
 
 from __future__ import annotations
@@ -69,8 +72,11 @@ TextToolMode = Literal["auto", "on", "off"]
 
 # A line whose first non-blank characters are one of these may start a written tool call.
 _TRIGGERS = (
-    "```", "~~~", "{", "[", "<tool_call>", "<function=", "<|python_tag|>", "<tools>", "<tool_response>"
+    "```", "~~~", "{", "[", "<tool_call>", "<function=", "<|python_tag|>", "<tools>", "<tool_response>",
+    "**{", "*{", "`{",
 )
+# Markdown marks around a written call: "**{name: ..., arguments: {...}}**".
+_WRAP = re.compile(r"(\*\*|\*|`)(?=\{)")
 # Empty tool markup and nothing else: a chat-template artefact (Qwen2.5 behind llama.cpp
 # answered "<tools>\n\n</tools>"), never something to show the user.
 _EMPTY_MARKUP = re.compile(r"\A\s*(?:<(tools|tool_call|tool_response)>\s*</\1>\s*)+\Z")
@@ -235,6 +241,15 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
         stop = len(text) if end < 0 else end
         after = len(text) if end < 0 else end + len(fence.group(1))
         return _calls_in_body(text[body_start:stop], offered), after
+    wrap = _WRAP.match(rest)
+    if wrap is not None:
+        inner = _block_at(text, pos + wrap.end(), offered)
+        if inner is None:
+            return None
+        found, after = inner
+        if text.startswith(wrap.group(1), after):
+            after += len(wrap.group(1))
+        return found, after
     if rest.startswith(("{", "[")):
         decoded = _decode_at(text, pos)
         if decoded is None:
@@ -283,6 +298,48 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
             end += 1
         if end < len(text) and text[end] == "}":
             return value, end + 1
+    return _decode_bare_words(text, pos)
+
+
+_BARE_WORD = re.compile(r"[A-Za-z_][\w.-]*")
+
+
+def _decode_bare_words(text: str, pos: int) -> tuple[Any, int] | None:
+    """An object whose keys or string values are written without quotes (``{name:
+    memory_get, arguments: {...}}``), decoded as if they were quoted; None otherwise."""
+    if not text.startswith("{", pos):
+        return None
+    out: list[str] = []
+    depth, i, n, quoted = 0, pos, len(text), False
+    while i < n:
+        ch = text[i]
+        if ch == '"':  # a JSON string: copied as it is
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        word = _BARE_WORD.match(text, i)
+        if word is not None:
+            token = word.group(0)
+            quoted = quoted or token not in ("true", "false", "null")
+            out.append(token if token in ("true", "false", "null") else json.dumps(token))
+            i = word.end()
+            continue
+        out.append(ch)
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                if not quoted:
+                    return None  # nothing was bare: the strict decoder already said no
+                try:
+                    return json.loads("".join(out)), i + 1
+                except ValueError:
+                    return None
+        i += 1
     return None
 
 
