@@ -271,3 +271,13 @@ async def test_an_empty_reply_is_asked_once_more_and_never_shown_as_nothing(make
     again = await agent.turn("cli:direct", "And my dog?")
     assert again.reply.startswith("The model gave an empty reply twice")
     assert len(scripted_model.requests) == 4  # asked once more, not in a loop
+
+
+async def test_an_empty_reply_after_tool_steps_is_asked_once_more(make_agent, scripted_model):
+    # Seen with Qwen2.5-Coder-1.5B asked for a locker code: it read a file, then said nothing.
+    agent = make_agent()
+    (agent.workspace / "notes.txt").write_text("Locker code: 4417")
+    scripted_model.reply_tool_call("read_file", {"path": "notes.txt"}).reply("").reply("It is 4417.")
+    result = await agent.turn("cli:direct", "What is my locker code?")
+    assert result.reply == "It is 4417."
+    assert len(scripted_model.requests) == 3

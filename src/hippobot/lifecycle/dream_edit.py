@@ -56,7 +56,7 @@ async def edit_staged(
     )
     runner = Runner(
         provider=model.provider, model=model.name, tools=registry, max_iterations=max_iterations,
-        max_tokens=min(4096, model.max_tokens), temperature=model.temperature,
+        max_tokens=min(4096, model.max_tokens), temperature=model.temperature, ask_again_if_empty=False,
     )
 
     async def keep(msg: Message) -> Message:

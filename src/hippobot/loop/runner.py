@@ -103,6 +103,9 @@ class Runner:
     temperature: float | None = None
     max_tool_result_chars: int = 16_000
     stop: tuple[str, ...] = ()
+    # An empty reply is asked for once more (a chat needs an answer; Dream's edit phase,
+    # where "nothing to say" after the edits is an answer, turns it off).
+    ask_again_if_empty: bool = True
     # The prompt's size in tokens, for the progress a front end shows (None: not counted).
     prompt_size: Callable[[ChatRequest], int] | None = None
 
@@ -142,10 +145,11 @@ class Runner:
             if not response.tool_calls:
                 result.finish_reason = response.finish_reason
                 reply = response.text
-                if not reply.strip() and not (asked_again or result.tool_calls) and iteration < self.max_iterations:
+                if not reply.strip() and self.ask_again_if_empty and not asked_again and iteration < self.max_iterations:
                     # A small local model sometimes ends its turn at once (5 of 100 LoCoMo
-                    # questions with Qwen2.5-Coder-1.5B): the same request, asked once more,
-                    # shares the prompt the server has just cached, so it costs a reply's time.
+                    # questions with Qwen2.5-Coder-1.5B), or after its tool steps (asked for a
+                    # locker code it had read): the same request, asked once more, shares the
+                    # prompt the server has just cached, so it costs a reply's time.
                     asked_again = True
                     emit(Notice("the model's reply was empty; asking it once more"))
                     continue
