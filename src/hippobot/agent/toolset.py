@@ -82,12 +82,11 @@ def build_registry(
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
     redact = _memory_redactor(redactor, workspace, store_path)
-    from hippobot.agent.onboarding import template
+    from hippobot.recall.boilerplate import memory_line
 
-    keeps = {
-        workspace.user.resolve(): _lines(template(USER_MD)),
-        workspace.memory_md.resolve(): _lines(template(MEMORY_MD)),
-    }
+    # write_file may not drop a fact line of these; what is not memory (template text, empty
+    # slots, headings) it may, as the index decides.
+    keeps = {workspace.user.resolve(): memory_line(USER_MD), workspace.memory_md.resolve(): memory_line(MEMORY_MD)}
     registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact,
                                keeps_lines=lambda path: keeps.get(path.resolve())))
     if exec_enabled:
@@ -111,8 +110,3 @@ def build_registry(
         )
     )
     return registry
-
-
-def _lines(text: str) -> frozenset[str]:
-    """A template's lines: what write_file may drop from a memory file (its facts it may not)."""
-    return frozenset(line.strip() for line in text.splitlines() if line.strip())

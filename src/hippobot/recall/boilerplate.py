@@ -23,7 +23,7 @@ from functools import cache
 
 from hippobot.workspace import MEMORY_FILES
 
-__all__ = ["is_heading", "line_filter"]
+__all__ = ["is_heading", "line_filter", "memory_line"]
 
 # "- Name:", "* Things to avoid:", "- [ ] Todo:", "-": a slot with nothing filled in.
 _EMPTY_BULLET = re.compile(r"[-*+]\s*(\[[ xX]?\]\s*)?([^:]{0,80}:)?\s*")
@@ -61,3 +61,10 @@ def line_filter(rel: str) -> Callable[[str], bool]:
         return stripped in template or _EMPTY_BULLET.fullmatch(stripped) is not None
 
     return skip
+
+
+def memory_line(rel: str) -> Callable[[str], bool]:
+    """``is_memory(line)`` for the memory file ``rel``: a line someone wrote or learnt, not
+    structure (blank, heading) nor template text or an empty slot."""
+    skip = line_filter(rel)
+    return lambda line: bool(line.strip()) and not is_heading(line) and not skip(line)

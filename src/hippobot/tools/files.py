@@ -50,12 +50,12 @@ def file_tools(
     max_read_chars: int = 50_000,
     lock: FileLock | None = None,
     redact: WriteFilter | None = None,
-    keeps_lines: Callable[[Path], frozenset[str] | None] | None = None,
+    keeps_lines: Callable[[Path], Callable[[str], bool] | None] | None = None,
 ) -> list[Tool]:
     """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
     they write passes through ``redact(path, text)``. ``write_file`` may not drop a fact
-    line of a file ``keeps_lines(path)`` guards (the memory files; it returns the lines
-    that may go: the template's text; headings and empty fields may go too): small models "remember" a
+    line of a file ``keeps_lines(path)`` guards (the memory files; it returns which lines
+    are facts: not the template's text, headings or empty fields): small models "remember" a
     fact by overwriting MEMORY.md with that one line, and a wrong edit of one line is
     undone far more easily than a file that lost the rest."""
     file_lock = lock or _no_lock
@@ -84,9 +84,9 @@ def file_tools(
         data = clean.encode("utf-8")
         with _holding(file_lock, target, path):
             existed = target.exists()
-            free = keeps_lines(target) if existed and keeps_lines is not None else None
-            if free is not None:
-                _refuse_dropped_lines(target, clean, free, display=path)
+            is_fact = keeps_lines(target) if existed and keeps_lines is not None else None
+            if is_fact is not None:
+                _refuse_dropped_lines(target, clean, is_fact, display=path)
             _atomic_write(target, data, display=path)
         verb = "Overwrote" if existed else "Created"
         note = _REDACTED_NOTE if clean != content else ""
@@ -116,17 +116,13 @@ def file_tools(
     return [Tool.from_function(f) for f in (read_file, write_file, edit_file, list_dir)]
 
 
-def _is_fact(line: str, free: frozenset[str]) -> bool:
-    return bool(line) and line not in free and not line.startswith("#") and not line.endswith(":")
-
-
-def _refuse_dropped_lines(target: Path, new: str, free: frozenset[str], *, display: str) -> None:
+def _refuse_dropped_lines(target: Path, new: str, is_fact: Callable[[str], bool], *, display: str) -> None:
     try:
         old = target.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return  # unreadable: the write itself says what is wrong
     kept = {line.strip() for line in new.splitlines()}
-    dropped = [line.strip() for line in old.splitlines() if _is_fact(line.strip(), free) and line.strip() not in kept]
+    dropped = [line.strip() for line in old.splitlines() if is_fact(line) and line.strip() not in kept]
     if dropped:
         raise ToolError(
             f"write_file would remove {len(dropped)} line(s) of {display} (first: {dropped[0][:80]!r}); "
