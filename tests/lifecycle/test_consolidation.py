@@ -26,6 +26,12 @@ def request_tokens(request) -> int:
     return tokens.count_messages(request.messages) + tokens.count_tools(request.tools)
 
 
+async def archive_all(agent, key: str = "cli:direct"):
+    """Archive every message of the session now (what /new asks of the consolidator)."""
+    session = agent.sessions.get(key)
+    return await agent.consolidator.archive_until(session, len(session.messages))
+
+
 async def chat(agent, n: int, key: str = "cli:direct", planted: dict[int, str] | None = None) -> None:
     planted = planted or {}
     for i in range(n):
@@ -225,11 +231,10 @@ async def test_a_save_summary_tool_call_is_accepted(make_agent, scripted_model):
     agent = make_agent()
     scripted_model.reply("noted")
     await agent.turn("cli:direct", "I prefer tea over coffee")
-    session = agent.sessions.get("cli:direct")
     scripted_model.reply_tool_call(
         "save_summary", {"facts": [{"kind": "permanent", "text": "User prefers tea over coffee"}]}
     )
-    outcome = await agent.consolidator.archive_until(session, len(session.messages))
+    outcome = await archive_all(agent)
     assert outcome is not None and not outcome.raw
     assert history_lines(agent)[0]["content"] == "- [permanent] User prefers tea over coffee"
 
@@ -284,14 +289,13 @@ async def test_summary_lines_that_only_say_what_went_unsaid_are_not_archived(mak
     agent = make_agent()
     scripted_model.reply("noted")
     await agent.turn("cli:direct", "My cat is called Miso")
-    session = agent.sessions.get("cli:direct")
     scripted_model.reply(
         "- [durable] User's cat is called Miso\n"
         "- [correction] The user's name was not mentioned\n"
         "- [correction] No location was provided in the conversation\n"
         "- [durable] User has not specified their age yet"
     )
-    outcome = await agent.consolidator.archive_until(session, len(session.messages))
+    outcome = await archive_all(agent)
     assert outcome is not None and not outcome.raw
     assert history_lines(agent)[0]["content"] == "- [durable] User's cat is called Miso"
 

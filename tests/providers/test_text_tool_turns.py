@@ -7,18 +7,23 @@ import json
 from hippobot.loop.events import ReplyDelta
 
 
+async def turn_showing(agent, key: str, text: str):
+    """The turn's result and the text the user saw streamed."""
+    shown: list[str] = []
+    result = await agent.turn(
+        key, text, on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None
+    )
+    return result, "".join(shown)
+
+
 async def test_a_written_tool_call_runs_and_only_the_answer_is_shown(make_agent, scripted_model):
     agent = make_agent()  # the scripted server is on 127.0.0.1: recovery is on by default
     (agent.workspace / "notes.txt").write_text("The cat is called Luna.")
     scripted_model.reply('```json\n{"name": "read_file", "arguments": {"path": "notes.txt"}}\n```')
     scripted_model.reply("Your cat is called Luna.")
-    shown: list[str] = []
-    result = await agent.turn(
-        "cli:direct", "What is my cat called?",
-        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
-    )
+    result, shown = await turn_showing(agent, "cli:direct", "What is my cat called?")
     assert result.reply == "Your cat is called Luna."
-    assert "".join(shown) == "Your cat is called Luna."  # the raw block never reached the screen
+    assert shown == "Your cat is called Luna."  # the raw block never reached the screen
     follow_up = scripted_model.requests[-1].raw["messages"]
     assistant, tool = follow_up[-2], follow_up[-1]
     assert assistant["content"] == "" and assistant["tool_calls"][0]["function"]["name"] == "read_file"
@@ -35,13 +40,9 @@ async def test_a_call_in_bold_with_bare_keys_runs_and_is_never_shown(make_agent,
         '— Channel: cli — Chat ID: direct"}}**\nThis message confirms that the information was retrieved.'
     )
     scripted_model.reply("Nice to meet you, Maya.")
-    shown: list[str] = []
-    result = await agent.turn(
-        "cli:direct", "Hi, I'm Maya. My cat is called Luna.",
-        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
-    )
+    result, shown = await turn_showing(agent, "cli:direct", "Hi, I'm Maya. My cat is called Luna.")
     assert result.reply == "Nice to meet you, Maya."
-    assert "memory_get" not in "".join(shown) and "**{" not in "".join(shown)
+    assert "memory_get" not in shown and "**{" not in shown
     assistant, tool = scripted_model.requests[-1].raw["messages"][-2:]
     assert assistant["tool_calls"][0]["function"]["name"] == "memory_get"
     assert tool["role"] == "tool" and "not" in tool["content"].lower()  # no such citation: it says so
@@ -81,12 +82,8 @@ async def test_qwens_tools_block_runs_and_a_made_up_citation_leads_back_to_the_r
         '<tools>\n{"name": "memory_get", "arguments": {"citation": "history#42", "around": 3}}\n</tools>'
     )
     scripted_model.reply("Your cat is called Luna.")
-    shown: list[str] = []
-    result = await agent.turn(
-        "cli:fresh", "What is my cat called?",
-        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
-    )
-    assert result.reply == "Your cat is called Luna." and "".join(shown) == result.reply
+    result, shown = await turn_showing(agent, "cli:fresh", "What is my cat called?")
+    assert result.reply == "Your cat is called Luna." and shown == result.reply
     tool = scripted_model.requests[-1].raw["messages"][-1]
     assert tool["role"] == "tool"
     assert tool["content"].startswith("Error: no history entry #42. Use only citations you were shown.")

@@ -310,7 +310,7 @@ def _decode_bare_words(text: str, pos: int) -> tuple[Any, int] | None:
     if not text.startswith("{", pos):
         return None
     out: list[str] = []
-    depth, i, n, quoted = 0, pos, len(text), False
+    depth, i, n, repaired = 0, pos, len(text), False
     while i < n:
         ch = text[i]
         if ch == '"':  # a JSON string: copied as it is
@@ -323,7 +323,7 @@ def _decode_bare_words(text: str, pos: int) -> tuple[Any, int] | None:
         word = _BARE_WORD.match(text, i)
         if word is not None:
             token = word.group(0)
-            quoted = quoted or token not in ("true", "false", "null")
+            repaired = repaired or token not in ("true", "false", "null")
             out.append(token if token in ("true", "false", "null") else json.dumps(token))
             i = word.end()
             continue
@@ -333,7 +333,7 @@ def _decode_bare_words(text: str, pos: int) -> tuple[Any, int] | None:
         elif ch in "}]":
             depth -= 1
             if depth == 0:
-                if not quoted:
+                if not repaired:
                     return None  # nothing was bare: the strict decoder already said no
                 try:
                     return json.loads("".join(out)), i + 1
