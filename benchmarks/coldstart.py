@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 MESSAGE = "What did we decide about the database backups?"
+VENV_ROW = "hippobot-venv"
 REPLY = "Nightly dumps at 02:00, kept for 30 days."
 
 
@@ -255,12 +256,19 @@ def run_one_shot(argv: list[str], env: dict[str, str], cwd: Path | None = None, 
                    b"".join(stderr).decode(errors="replace"))
 
 
-def _hippobot_one_shot(template: Path, home: Path, api_base: str, message: str) -> Any:
+def _hippobot_one_shot(template: Path, home: Path, api_base: str, message: str,
+                       command: list[str] | None = None) -> Any:
     from benchmarks.peers import PeerSetup
 
     shutil.rmtree(home, ignore_errors=True)
     shutil.copytree(template, home, symlinks=True)
-    return PeerSetup([*cli_command(), "agent", "-m", message], _child_env(home, api_base), home)
+    return PeerSetup([*(command or cli_command()), "agent", "-m", message], _child_env(home, api_base), home)
+
+
+def _checkout() -> Path | None:
+    """The source checkout this benchmark runs from, when it is one (a pyproject beside it)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").exists() and (root / "src" / "hippobot").is_dir() else None
 
 
 def compare_one_shots(template: Path, work: Path, runs: int, *, peers: bool = True,
@@ -270,15 +278,25 @@ def compare_one_shots(template: Path, work: Path, runs: int, *, peers: bool = Tr
 
     A peer that cannot be installed (no package index) is reported as not installed; with
     ``peers`` off none is tried (the quick run)."""
-    from benchmarks.peers import PEERS, ensure_installed
+    from benchmarks.peers import PEERS, ensure_checkout_venv, ensure_installed
 
     say = log or (lambda msg: None)
     model = ScriptedModel()
     model.fallback = lambda request: REPLY
     setups: dict[str, Any] = {}
-    status: dict[str, str] = {"hippobot": "this checkout"}
+    status: dict[str, str] = {"hippobot": "this checkout, this interpreter"}
     with _served(model) as server:
         setups["hippobot"] = _hippobot_one_shot(template, work / "oneshot-hippobot", server.base_url, MESSAGE)
+        checkout = _checkout()
+        if peers and checkout is not None:
+            # the like-for-like row: hippobot from the same kind of venv as llm and nanobot
+            script = ensure_checkout_venv(checkout, log=say)
+            if isinstance(script, str):
+                status[VENV_ROW] = script
+            else:
+                setups[VENV_ROW] = _hippobot_one_shot(template, work / "oneshot-hippobot-venv",
+                                                      server.base_url, MESSAGE, [str(script)])
+                status[VENV_ROW] = f"this checkout, in a venv ({script.parent.parent})"
         for peer in PEERS:
             if not peers:
                 status[peer.name] = "not run (--quick skips the third-party installs)"
@@ -326,19 +344,19 @@ def one_shot_table(result: dict[str, Any]) -> str:
     for name, state in result["status"].items():
         got = result["samples"].get(name)
         if not got:
-            rows.append(f"{name:<10} {state}")
+            rows.append(f"{name:<14} {state}")
             continue
         m = {k: spread(s[k] for s in got) for k in ("reply_s", "exit_s", "peak_rss_mb")}
         ratio = ""
         if base_m and name != "llm":
             ratio = "  vs llm: " + ", ".join(f"{m[k]['median'] / base_m[k]:.2f}x" for k in ("reply_s", "exit_s", "peak_rss_mb"))
-        rows.append(f"{name:<10} reply {m['reply_s']['median']:.3f} s [{m['reply_s']['min']:.3f}-{m['reply_s']['max']:.3f}]"
+        rows.append(f"{name:<14} reply {m['reply_s']['median']:.3f} s [{m['reply_s']['min']:.3f}-{m['reply_s']['max']:.3f}]"
                     f"  exit {m['exit_s']['median']:.3f} s [{m['exit_s']['min']:.3f}-{m['exit_s']['max']:.3f}]"
                     f"  peak RSS {m['peak_rss_mb']['median']:.0f} MB{ratio}")
     helps = result.get("help") or []
     if helps:
         h = {k: spread(s[k] for s in helps) for k in ("exit_s", "peak_rss_mb")}
-        rows.append(f"{'--help':<10} hippobot --help exit {h['exit_s']['median']:.3f} s "
+        rows.append(f"{'--help':<14} hippobot --help exit {h['exit_s']['median']:.3f} s "
                     f"[{h['exit_s']['min']:.3f}-{h['exit_s']['max']:.3f}]  peak RSS {h['peak_rss_mb']['median']:.0f} MB")
     return "\n".join(rows)
 

@@ -14,6 +14,7 @@ Each peer also knows how to point itself at the scripted model: ``llm`` through 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PEERS", "Peer", "PeerSetup", "cache_dir", "ensure_installed"]
+__all__ = ["PEERS", "Peer", "PeerSetup", "cache_dir", "ensure_checkout_venv", "ensure_installed"]
 
 REPLY_MODEL = "scripted-model"
 INSTALL_TIMEOUT_S = 900.0
@@ -94,22 +95,40 @@ PEERS: tuple[Peer, ...] = (
 
 def ensure_installed(peer: Peer, cache: Path | None = None, *, log: Callable[[str], None] = print) -> Path | str:
     """The peer's console script, installing it first when needed; a string saying why not
-    when it cannot be installed (no package index, pip failed).
-
-    A venv counts as installed only once its marker file is written after ``pip`` succeeded,
-    so an interrupted install is redone, never taken for a finished one."""
+    when it cannot be installed (no package index, pip failed)."""
     venv = (cache or cache_dir()) / "venvs" / peer.requirement.replace("==", "-")
-    script, marker = venv / "bin" / peer.script, venv / ".installed"
+    return _venv_script(venv, [peer.requirement], peer.script, peer.requirement, log)
+
+
+def ensure_checkout_venv(checkout: Path, cache: Path | None = None, *,
+                         log: Callable[[str], None] = print) -> Path | str:
+    """``hippobot`` installed from ``checkout`` into a throwaway venv, as the peers are, so
+    that the three one-shots start from the same kind of interpreter (a system
+    site-packages may run ``.pth`` hooks at every start that a fresh venv does not).
+
+    The install is editable: the venv runs the checkout's code as it is now, and it is
+    rebuilt only when ``pyproject.toml`` (the dependencies) changes."""
+    project = (checkout / "pyproject.toml").read_bytes()
+    key = hashlib.sha256(str(checkout.resolve()).encode() + b"\0" + project).hexdigest()[:12]
+    venv = (cache or cache_dir()) / "venvs" / f"hippobot-checkout-{key}"
+    return _venv_script(venv, ["-e", str(checkout)], "hippobot", f"hippobot from {checkout}", log)
+
+
+def _venv_script(venv: Path, requirement: list[str], script_name: str, what: str,
+                 log: Callable[[str], None]) -> Path | str:
+    """A venv counts as installed only once its marker file is written after ``pip``
+    succeeded, so an interrupted install is redone, never taken for a finished one."""
+    script, marker = venv / "bin" / script_name, venv / ".installed"
     if marker.exists() and script.exists():
         return script
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    log(f"installing {peer.requirement} into {venv} (once; cached for later runs)")
+    log(f"installing {what} into {venv} (once; cached for later runs)")
     try:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
                        capture_output=True, timeout=120)
         pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                              "--disable-pip-version-check", peer.requirement],
+                              "--disable-pip-version-check", *requirement],
                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -118,6 +137,6 @@ def ensure_installed(peer: Peer, cache: Path | None = None, *, log: Callable[[st
     if pip.returncode != 0 or not script.exists():
         shutil.rmtree(venv, ignore_errors=True)
         tail = (pip.stderr or pip.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"not installed (pip install {peer.requirement} failed: {tail[0][:200]})"
-    marker.write_text(peer.requirement + "\n", encoding="utf-8")
+        return f"not installed (pip install {what} failed: {tail[0][:200]})"
+    marker.write_text(what + "\n", encoding="utf-8")
     return script
