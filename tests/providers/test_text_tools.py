@@ -87,6 +87,24 @@ def test_a_bare_string_argument_goes_to_the_one_required_parameter() -> None:
     assert found is not None and json.loads(found.calls[0].arguments) == {"citation": "history#4"}
 
 
+def test_arguments_alone_are_a_call_of_the_one_tool_they_fit() -> None:
+    # Qwen2.5-Coder-1.5B, asked about a LoCoMo conversation, wrote memory_get's arguments
+    # without its name, then an unclosed fence of stray code; the user saw all of it.
+    offered = offered_tools([
+        {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {key: {}}, "required": [key]}}}
+        for name, key in (("memory_get", "citation"), ("memory_search", "query"), ("read_file", "path"))
+    ])  # fmt: skip
+    written = '{\n  "citation": "session locomo:conv-43-s24#11"\n}\n```\nobj[\'memory_search\'][\'arguments\']`'
+    found = recover_tool_calls(written, offered)
+    assert found is not None and found.text == ""
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [
+        ("memory_get", {"citation": "session locomo:conv-43-s24#11"})]
+    # Objects that fit no tool, or more than its one parameter, or not a string, stay text.
+    for data in ('{"name": "Luna"}', '{"citation": "x", "around": 2}', '{"query": 5}'):
+        assert recover_tool_calls(data, offered) is None, data
+
+
 def test_several_calls_in_a_list_or_one_after_another() -> None:
     two = [("read_file", {"path": "USER.md"}), ("memory_get", {"citation": "history#3"})]
     listed = json.dumps([{"name": n, "arguments": a} for n, a in two])

@@ -32,6 +32,8 @@ of calls):
 * ``<function=N>{...}</function>`` (Llama 3.x);
 * an object wrapped in doubled braces ``{{ ... }}`` (a chat-template artefact seen with
   Qwen2.5 behind llama.cpp);
+* a call's arguments alone, when their one key is the one required parameter of exactly one
+  offered tool: ``{"citation": "session x#11"}``;
 * an object in bold or code marks, with bare keys and names:
   ``**{name: memory_get, arguments: {"citation": "..."}}**`` (Qwen2.5-Coder-1.5B's first
   reply to a newcomer's "Hi, I'm Maya").
@@ -202,10 +204,15 @@ def parse_blocks(
             ):
                 return None
             return tuple(calls), text[pos:]
-        found, pos = step
+        found, end = step
         if not found:
+            # A reply that opened with a call may trail off into a broken block (an unclosed
+            # fence of stray code); a block of JSON data after a call keeps it all text.
+            if calls and any_prose_after and not _holds_data(text[pos:end]):
+                return tuple(calls), ""  # the broken block is not shown either
             return None
         calls.extend(found)
+        pos = end
     return (tuple(calls), "") if calls else None
 
 
@@ -257,6 +264,13 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
         value, after = decoded
         return _calls_in_value(value, offered), after
     return None
+
+
+def _holds_data(block: str) -> bool:
+    """Whether a block (fenced or bare) holds a JSON object or list."""
+    body = block.strip().strip("`~").strip()
+    body = body.removeprefix("json").strip()
+    return body.startswith(("{", "[")) and _decode_at(body, 0) is not None
 
 
 def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
@@ -380,6 +394,8 @@ def _as_call(item: Any, offered: Collection[str]) -> TextToolCall | None:
         return _as_call(fn, offered)
     names = [k for k in _NAME_KEYS if k in item]
     args_keys = [k for k in _ARG_KEYS if k in item]
+    if not names and not args_keys:
+        return _bare_arguments(item, offered)
     if len(names) != 1 or len(args_keys) > 1 or set(item) - set(names) - set(args_keys) - _EXTRA_KEYS:
         return None
     name = item[names[0]]
@@ -401,6 +417,20 @@ def _as_call(item: Any, offered: Collection[str]) -> TextToolCall | None:
     # (unknown tool, arguments must be an object) and the user never sees the block.
     value = args if isinstance(args, dict) else raw
     return TextToolCall(name.strip(), json.dumps(value, ensure_ascii=False))
+
+
+def _bare_arguments(item: dict[str, Any], offered: Collection[str]) -> TextToolCall | None:
+    """``{"citation": "session x#11"}`` alone: a call's arguments without its name
+    (Qwen2.5-Coder-1.5B asked about a LoCoMo conversation). Taken as a call when its one
+    key is the one required parameter of exactly one offered tool and its value a string;
+    any other object stays text."""
+    if len(item) != 1 or not isinstance(offered, Mapping):
+        return None
+    (key, value), = item.items()
+    tools = [name for name, sole in offered.items() if sole == key]
+    if len(tools) != 1 or not isinstance(value, str):
+        return None
+    return TextToolCall(tools[0], json.dumps(item, ensure_ascii=False))
 
 
 def _make_call(name: str, args: dict[str, Any], offered: Collection[str]) -> TextToolCall | None:

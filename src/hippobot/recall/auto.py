@@ -43,6 +43,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hippobot.context import tokens
 from hippobot.context.runtime import quote_untrusted
 
+from .query import parse_ts
+from .relative_dates import annotate_relative_dates
+
 if TYPE_CHECKING:
     from .index import RecallIndex
     from .query import Hit
@@ -149,9 +152,12 @@ def _count(text: str) -> int:
 
 
 def format_recalled(hit: Hit) -> str:
-    """``- [citation, time] role: text``: one line, fenced."""
-    where = ", ".join(p for p in (hit.citation, hit.timestamp) if p)
-    text = quote_untrusted(hit.snippet)
+    """``- [citation, Thu 25 May 2023 13:56] role: text``: one line, fenced, each relative
+    time in it followed by the date it named when it was said (:mod:`.relative_dates`)."""
+    said = parse_ts(hit.timestamp)
+    when = f"{said:%a} {said.day} {said:%B %Y %H:%M}" if said else hit.timestamp
+    where = ", ".join(p for p in (hit.citation, when) if p)
+    text = quote_untrusted(annotate_relative_dates(hit.snippet, said) if said else hit.snippet)
     return f"- [{where}] {hit.role}: {text}" if hit.role else f"- [{where}] {text}"
 
 

@@ -400,13 +400,26 @@ class RecallError(UserError):
     """A bad scope or citation, or a citation that no longer exists; one line to show."""
 
 
+_TS_FORMAT = "%Y-%m-%d %H:%M"
+
+
 def format_ts(ts: float | None) -> str | None:
     """``YYYY-MM-DD HH:MM`` in local time, the way timestamps are written in the files."""
     if ts is None:
         return None
     try:
-        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+        return datetime.fromtimestamp(ts).strftime(_TS_FORMAT)
     except (OverflowError, OSError, ValueError):
+        return None
+
+
+def parse_ts(text: str | None) -> datetime | None:
+    """The local time a :func:`format_ts` string names (``None`` if it is not one)."""
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, _TS_FORMAT)
+    except ValueError:
         return None
 
 
