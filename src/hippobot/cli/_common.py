@@ -1,12 +1,13 @@
 """What every ``hippobot`` command module shares: the command groups, the common options
-and the settings/API helpers.
+and the settings/API helpers (the command layer itself is ``cli/_app.py``).
 
 ``cli/main.py`` and each ``*_cmd(s).py`` module import this one and never each other's
 commands (main imports the command modules only to register them), so the CLI has no
 import cycle.
 """
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: the options below are read by the command
+# layer as real Annotated objects (see cli/_app.py).
 
 import gc
 import json
@@ -15,8 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from hippobot.cli._app import Group, Option
 from hippobot.errors import HippobotError
 
 if TYPE_CHECKING:
@@ -36,25 +36,16 @@ __all__ = [
     "start_over",
 ]
 
-app = typer.Typer(
-    name="hippobot",
-    help="A personal AI agent whose memory you can read, search, correct and undo.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-sessions_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
-memory_app = typer.Typer(help="Inspect, search and restore memory.", no_args_is_help=True)
-app.add_typer(sessions_app, name="sessions")
-app.add_typer(memory_app, name="memory")
+app = Group(help="A personal AI agent whose memory you can read, search, correct and undo.")
+sessions_app = app.group("sessions", help="List, show and delete conversations.")
+memory_app = app.group("memory", help="Inspect, search and restore memory.")
 
 WorkspaceOpt = Annotated[
     Path | None,
-    typer.Option("--workspace", "-w", help="Workspace directory (default: ~/.hippobot/workspace)."),
+    Option("--workspace", "-w", help="Workspace directory (default: ~/.hippobot/workspace)."),
 ]
-SessionOpt = Annotated[str, typer.Option("--session", "-s", help="Session key channel:chat.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+SessionOpt = Annotated[str, Option("--session", "-s", help="Session key channel:chat.")]
+JsonOpt = Annotated[bool, Option("--json", help="Print JSON for scripts.")]
 
 
 def start_over() -> None:

@@ -1,13 +1,12 @@
 """``hippobot doctor``: check the setup, one line per check (logic in hippobot.agent.doctor)."""
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
 import asyncio
 import sys
 from typing import Annotated
 
-import typer
-
+from hippobot.cli._app import Option
 from hippobot.cli._common import JsonOpt, WorkspaceOpt, app, print_json, settings_for
 from hippobot.errors import ConfigError
 
@@ -18,7 +17,7 @@ __all__ = ["doctor"]
 def doctor(
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds each model request may take (default 60).")] = 60.0,
+    timeout: Annotated[float, Option("--timeout", min=1, help="Seconds each model request may take (default 60).")] = 60.0,
 ) -> None:
     """Check the setup: config, endpoint, model, window, tools, speed, sandbox, memory.
 
@@ -46,4 +45,4 @@ def doctor(
     elif not report.ok:
         failed = sum(1 for c in report.checks if c.status == "fail")
         sys.stderr.write(f"error: {failed} check(s) failed; the fix is on each FAIL line\n")
-    raise typer.Exit(0 if report.ok else 1)
+    sys.exit(0 if report.ok else 1)

@@ -1,24 +1,22 @@
 """``hippobot import nanobot [PATH]``: set up hippobot's home from a nanobot home."""
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from hippobot.cli._app import Argument
 from hippobot.cli._common import WorkspaceOpt, app, settings_for
 
 __all__ = ["import_app"]
 
-import_app = typer.Typer(help="Bring conversations, memory and config over from another agent.", no_args_is_help=True)
-app.add_typer(import_app, name="import")
+import_app = app.group("import", help="Bring conversations, memory and config over from another agent.")
 
 
 @import_app.command("nanobot")
 def import_nanobot_cmd(
-    path: Annotated[Path, typer.Argument(help="The nanobot home (holds config.json and workspace/).")] = Path("~/.nanobot"),
+    path: Annotated[Path, Argument(help="The nanobot home (holds config.json and workspace/).")] = Path("~/.nanobot"),
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Import a nanobot home (0.2.x or 0.3.x).

@@ -4,21 +4,20 @@ Heavy modules (provider SDKs, the agent, the HTTP server) are imported inside th
 that need them, so ``hippobot --help`` and read-only commands start fast.
 """
 
-# Command modules do without ``from __future__ import annotations``: typer reads every
-# parameter's annotation on each start, and string annotations cost an eval each (twice);
-# real ones took 60-120 ms off every ``hippobot`` command's start.
+# Command modules do without ``from __future__ import annotations``: the command layer
+# (cli/_app.py) reads each parameter's Annotated declaration as a real object.
 
 import asyncio
+import errno
 import gc
-import inspect
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from hippobot import __version__
+from hippobot.cli._app import Option, run
 from hippobot.cli._common import (
     JsonOpt,
     SessionOpt,
@@ -34,20 +33,15 @@ from hippobot.errors import HippobotError
 __all__ = ["_doctor", "_import_cmd", "_memory_cmds", "_sessions_cmds", "_usage_cmd", "app", "main"]
 
 
-def _version(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"hippobot {__version__}\n")
-        raise typer.Exit()
-
-
-@app.callback()
+@app.callback
 def _root(
-    ctx: typer.Context,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show debug logs.")] = False,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
+    invoked: str | None,
+    verbose: Annotated[bool, Option("--verbose", "-v", help="Show debug logs.")] = False,
+    version: Annotated[bool, Option("--version", help="Print the version.")] = False,
 ) -> None:
+    if version:  # before anything else, with or without a command
+        sys.stdout.write(f"hippobot {__version__}\n")
+        sys.exit(0)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="hippobot: %(levelname)s: %(message)s",
@@ -55,7 +49,7 @@ def _root(
     )
     for noisy in ("httpx", "httpcore", "openai", "anthropic", "dulwich"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
-    if ctx.invoked_subcommand != "agent":
+    if invoked != "agent":
         start_over()  # only agent's start is worth the wait; the rest collect from here on
 
 
@@ -97,14 +91,14 @@ def onboard(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
 
 @app.command()
 def agent(
-    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message, print the reply, exit.")] = None,
+    message: Annotated[str | None, Option("--message", "-m", help="Send one message, print the reply, exit.")] = None,
     session: SessionOpt = "cli:direct",
     workspace: WorkspaceOpt = None,
-    project: Annotated[Path | None, typer.Option("--project", help="Work in this project directory (its AGENTS.md/SOUL.md/USER.md apply).")] = None,
-    image: Annotated[list[Path] | None, typer.Option("--image", help="Attach an image (repeatable).")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model name for this run.")] = None,
-    provider: Annotated[str | None, typer.Option("--provider", help="Provider entry to use.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
+    project: Annotated[Path | None, Option("--project", help="Work in this project directory (its AGENTS.md/SOUL.md/USER.md apply).")] = None,
+    image: Annotated[list[Path] | None, Option("--image", help="Attach an image (repeatable).")] = None,
+    model: Annotated[str | None, Option("--model", help="Model name for this run.")] = None,
+    provider: Annotated[str | None, Option("--provider", help="Provider entry to use.")] = None,
+    json_out: Annotated[bool, Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
     """Chat with the agent, or send one message with -m."""
     from hippobot.agent.onboarding import ensure_workspace
@@ -125,7 +119,7 @@ def agent(
         code = asyncio.run(interactive(bot, session))
     else:
         code = asyncio.run(piped(bot, session, sys.stdin))
-    raise typer.Exit(code)
+    sys.exit(code)
 
 
 @app.command()
@@ -140,8 +134,8 @@ def context(
     session: SessionOpt = "cli:direct",
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
-    full: Annotated[bool, typer.Option("--full", help="Print the exact messages that would be sent.")] = False,
-    project: Annotated[Path | None, typer.Option("--project", help="Project directory.")] = None,
+    full: Annotated[bool, Option("--full", help="Print the exact messages that would be sent.")] = False,
+    project: Annotated[Path | None, Option("--project", help="Project directory.")] = None,
 ) -> None:
     """What the model sees: each prompt section with its token count."""
     report = api_for(settings_for(workspace), project).context(session)
@@ -151,9 +145,9 @@ def context(
 @app.command()
 def dream(
     workspace: WorkspaceOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the findings, edit nothing.")] = False,
+    dry_run: Annotated[bool, Option("--dry-run", help="Print the findings, edit nothing.")] = False,
     json_out: JsonOpt = False,
-    background: Annotated[bool, typer.Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
+    background: Annotated[bool, Option("--background", help="Quiet run for a detached job: the result goes to .hippobot/dream/background.log.")] = False,
 ) -> None:
     """Distil pending history into the memory files now.
 
@@ -190,15 +184,15 @@ def dream(
     if not result.ok:
         if not background:
             sys.stderr.write(f"error: {result.describe(SHELL_HINTS).splitlines()[0]}\n")  # one line
-        raise typer.Exit(1)
+        sys.exit(1)
     if waiting:
-        raise typer.Exit(1)
+        sys.exit(1)
 
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port (default 8900).")] = None,
+    host: Annotated[str | None, Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, Option("--port", help="Port (default 8900).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Serve an OpenAI-compatible API with memory.
@@ -222,37 +216,10 @@ from hippobot.cli import sessions_cmds as _sessions_cmds  # noqa: E402
 from hippobot.cli import usage_cmd as _usage_cmd  # noqa: E402
 
 
-def _summary(text: str | None) -> str | None:
-    """A help text's first paragraph on one line: the command's summary in the list."""
-    if not text:
-        return None
-    first = inspect.cleandoc(text).split("\n\n", 1)[0]
-    return " ".join(first.split())
-
-
-def _whole_summaries(group: typer.Typer) -> None:
-    """Give every command a summary of its own: click otherwise cuts the docstring's first
-    sentence to the terminal's width and ends it with "..."."""
-    for command in group.registered_commands:
-        if command.short_help is None:
-            command.short_help = _summary(command.help or inspect.getdoc(command.callback))
-    for sub in group.registered_groups:
-        instance = sub.typer_instance
-        if instance is None:
-            continue
-        help_text = instance.info.help  # typer's unset values are placeholders, not None
-        if isinstance(help_text, str):
-            sub.short_help = _summary(help_text)
-        _whole_summaries(instance)
-
-
-_whole_summaries(app)
-
-
 def main() -> None:
     gc.disable()  # until the command's start is over (cli._common.start_over says why)
     try:
-        app()
+        run(app, sys.argv[1:], prog="hippobot")
     except HippobotError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2 if exc.__class__.__name__ == "ConfigError" else 1)
@@ -260,6 +227,20 @@ def main() -> None:
         sys.stderr.write("\ninterrupted\n")
         sys.exit(130)
     except OSError as exc:  # disk full, read-only, a folder where a file should be, ...
+        if exc.errno == errno.EPIPE:  # stdout's reader left (`| head`): end quietly
+            _drop_output()
+            sys.exit(1)
         where = f" ({exc.filename})" if exc.filename else ""
         sys.stderr.write(f"error: {exc.strerror or exc}{where}; nothing was changed by this command\n")
         sys.exit(1)
+
+
+def _drop_output() -> None:
+    """Point stdout and stderr at the null device, so that flushing them at exit does not
+    fail again on the closed pipe (and print a traceback the reader never asked for)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(null, stream.fileno())
+        except (OSError, ValueError):  # not a real file (a test's StringIO)
+            pass

@@ -1,14 +1,13 @@
 """``hippobot memory show|history|search|reindex|log|restore``."""
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
 import json
 import sys
 from dataclasses import asdict
 from typing import Annotated
 
-import typer
-
+from hippobot.cli._app import Argument, Option
 from hippobot.cli._common import (
     JsonOpt,
     WorkspaceOpt,
@@ -35,9 +34,9 @@ def show(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
 @memory_app.command("history")
 def history(
     workspace: WorkspaceOpt = None,
-    pending: Annotated[bool, typer.Option("--pending", help="Only entries Dream has not processed.")] = False,
-    session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session's entries.")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
+    pending: Annotated[bool, Option("--pending", help="Only entries Dream has not processed.")] = False,
+    session: Annotated[str | None, Option("--session", "-s", help="Only this session's entries.")] = None,
+    limit: Annotated[int, Option("--limit", "-n", help="Newest N entries (0 = all).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """The archive of summarised conversation.
@@ -74,11 +73,11 @@ def history(
 
 @memory_app.command("search")
 def search(
-    query: Annotated[str, typer.Argument(help="Words to look for (any language).")],
+    query: Annotated[str, Argument(help="Words to look for (any language).")],
     workspace: WorkspaceOpt = None,
-    k: Annotated[int, typer.Option("--k", help="Number of results.")] = 8,
+    k: Annotated[int, Option("--k", help="Number of results.")] = 8,
     explain: Annotated[
-        bool, typer.Option("--explain", help="Show each hit's BM25, vector and final score.")
+        bool, Option("--explain", help="Show each hit's BM25, vector and final score.")
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -130,14 +129,14 @@ def reindex(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
         print_json({**asdict(stats), "embedded": embedded, "warning": warning})
     if warning:
         sys.stderr.write(f"error: {warning}\n")
-        raise typer.Exit(1)
+        sys.exit(1)
     if not json_out:
         sys.stdout.write(f"embedded: {embedded} documents\n")
 
 
 @memory_app.command("log")
 def log(
-    sha: Annotated[str | None, typer.Argument(help="Commit (prefix); default: the latest change.")] = None,
+    sha: Annotated[str | None, Argument(help="Commit (prefix); default: the latest change.")] = None,
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -155,7 +154,7 @@ def log(
 
 @memory_app.command("restore")
 def restore(
-    sha: Annotated[str | None, typer.Argument(help="Commit (prefix) to undo; omit to list versions.")] = None,
+    sha: Annotated[str | None, Argument(help="Commit (prefix) to undo; omit to list versions.")] = None,
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

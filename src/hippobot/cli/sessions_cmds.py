@@ -1,14 +1,13 @@
 """``hippobot sessions list|show|delete``: conversations as a person reads them."""
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
 import asyncio
 import sys
 from dataclasses import asdict
 from typing import Annotated, Any
 
-import typer
-
+from hippobot.cli._app import Argument, Option, confirm
 from hippobot.cli._common import (
     JsonOpt,
     WorkspaceOpt,
@@ -49,7 +48,7 @@ def public_messages(messages: list[Message]) -> list[dict[str, Any]]:
 def list_sessions(
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
-    show_all: Annotated[bool, typer.Option("--all", help="Include nanobot's internal Dream sessions.")] = False,
+    show_all: Annotated[bool, Option("--all", help="Include nanobot's internal Dream sessions.")] = False,
 ) -> None:
     """List conversations, newest first."""
     found = api_for(settings_for(workspace)).sessions(include_internal=show_all)
@@ -72,10 +71,10 @@ def list_sessions(
 
 @sessions_app.command("show")
 def show_session(
-    key: Annotated[str, typer.Argument(help="Session key, e.g. cli:direct.")],
+    key: Annotated[str, Argument(help="Session key, e.g. cli:direct.")],
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
-    last: Annotated[int, typer.Option("--last", help="Only the last N messages (0 = all).")] = 0,
+    last: Annotated[int, Option("--last", help="Only the last N messages (0 = all).")] = 0,
 ) -> None:
     """Show a conversation (runtime metadata stripped)."""
     session = api_for(settings_for(workspace)).session(key)
@@ -114,9 +113,9 @@ def _archived(session: Any) -> str:
 
 @sessions_app.command("delete")
 def delete_session(
-    key: Annotated[str, typer.Argument(help="Session key to delete.")],
+    key: Annotated[str, Argument(help="Session key to delete.")],
     workspace: WorkspaceOpt = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: Annotated[bool, Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Delete a conversation file.
@@ -125,7 +124,7 @@ def delete_session(
     if not yes:
         if not sys.stdin.isatty():
             raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")
-        typer.confirm(f"Delete session {key}?", abort=True)
+        confirm(f"Delete session {key}?")
     asyncio.run(api_for(settings_for(workspace)).delete_session(key))
     if json_out:
         print_json({"deleted": key})

@@ -1,19 +1,18 @@
 """``hippobot usage``: model requests and tokens per day and kind of job, from the ledger."""
 
-# No ``from __future__ import annotations`` here: see the note in cli/main.py.
+# No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
 import sys
 from typing import Annotated
 
-import typer
-
+from hippobot.cli._app import Option
 from hippobot.cli._common import JsonOpt, WorkspaceOpt, api_for, app, print_json, settings_for
 
 
 @app.command()
 def usage(
     workspace: WorkspaceOpt = None,
-    days: Annotated[int | None, typer.Option("--days", min=1, help="Only the last N days with requests.")] = None,
+    days: Annotated[int | None, Option("--days", min=1, help="Only the last N days with requests.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Model requests and tokens per day and job.

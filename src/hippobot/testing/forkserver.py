@@ -123,8 +123,8 @@ def cli_main(args: dict[str, Any]) -> int:
 
     sys.argv = ["hippobot", *args["argv"]]
     try:
-        # Exactly what ``python -m hippobot`` runs (``__main__`` is hippobot's, so usage
-        # lines say ``python -m hippobot``); the modules are already imported.
+        # Exactly what ``python -m hippobot`` runs; the modules are already imported, and
+        # the command parser is built afresh in the child, as in every process.
         runpy.run_module("hippobot", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         return _exit_code(exc.code)
