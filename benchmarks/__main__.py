@@ -35,12 +35,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import coldstart, report
+from benchmarks import ROOT, coldstart, report
 from benchmarks.workload import Workload, prepare_home
 
 __all__ = ["FULL", "QUICK", "Plan", "main", "run"]
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import ROOT
 from benchmarks.turns import peak_rss_mb
 from benchmarks.workload import bench_env
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
@@ -267,8 +268,7 @@ def _hippobot_one_shot(template: Path, home: Path, api_base: str, message: str,
 
 def _checkout() -> Path | None:
     """The source checkout this benchmark runs from, when it is one (a pyproject beside it)."""
-    root = Path(__file__).resolve().parent.parent
-    return root if (root / "pyproject.toml").exists() and (root / "src" / "hippobot").is_dir() else None
+    return ROOT if (ROOT / "pyproject.toml").exists() and (ROOT / "src" / "hippobot").is_dir() else None
 
 
 def compare_one_shots(template: Path, work: Path, runs: int, *, peers: bool = True,

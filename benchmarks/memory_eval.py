@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks import ROOT
 from benchmarks.memory_eval_scenarios import SCENARIOS, Fact, Scenario
 from hippobot.messages import RUNTIME_CONTEXT_HEADER, content_text
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
@@ -48,7 +49,6 @@ from hippobot.usage_ledger import UsageTotals
 
 __all__ = ["EvalOptions", "archive_lines", "archived_facts", "main", "oracle", "run_eval", "superseded_by_correction"]
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 STAGES = ("turns", "consolidation", "dream", "questions")
 _JOB_STAGE = {"turn": "turns", "consolidation": "consolidation", "dream": "dream", "questions": "questions"}

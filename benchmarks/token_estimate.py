@@ -23,7 +23,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import ROOT
+
 SRC = ROOT / "src" / "hippobot"
 
 _FIRST_EXACT = """

@@ -267,9 +267,11 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
 
 
 def _holds_data(block: str) -> bool:
-    """Whether a block (fenced or bare) holds a JSON object or list."""
-    body = block.strip().strip("`~").strip()
-    body = body.removeprefix("json").strip()
+    """Whether a block (fenced, the way :func:`_block_at` reads fences, or bare) holds a
+    JSON object or list."""
+    fence = _FENCE.match(block)
+    body = block[fence.end() :].removesuffix(fence.group(1)) if fence else block
+    body = body.strip()
     return body.startswith(("{", "[")) and _decode_at(body, 0) is not None
 
 

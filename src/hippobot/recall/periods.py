@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
-__all__ = ["Period", "named_periods"]
+__all__ = ["NUMBER_WORDS", "Period", "months_before", "named_periods"]
 
 Period = tuple[float, float]  # [start, end) in epoch seconds, local time
 _Made = Period | list[Period] | None
@@ -50,7 +50,11 @@ _MONTH_ALONE = re.compile(rf"\b(?:in|during|of|since)\s+(?:early\s+|late\s+|mid-
 _YEAR_ALONE = re.compile(rf"(?<![\d-]){_YEAR.format('y')}(?![\d-])")
 _AGO = re.compile(r"\b(?P<n>\d+|a|an|one|two|three|four|five|six)\s+(?P<unit>day|week|month|year)s?\s+ago\b")
 _RELATIVE = re.compile(r"\b(?P<which>today|yesterday|(?:last|this|past)\s+(?:week|month|year))\b")
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+# Counts written as words, for "two weeks ago" here and in recall.relative_dates.
+NUMBER_WORDS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+}  # fmt: skip
 _MONTH_ALONE_YEARS = 10  # "in June": Junes of the last ten years
 
 
@@ -75,7 +79,8 @@ def _days(first: date, last: date) -> Period:
     return start.timestamp(), end.timestamp()
 
 
-def _shift_months(d: date, months: int) -> date:
+def months_before(d: date, months: int) -> date:
+    """The first day of the month ``months`` before ``d``'s (after it, when negative)."""
     index = d.year * 12 + d.month - 1 - months
     return date(index // 12, index % 12 + 1, 1)
 
@@ -100,7 +105,7 @@ def _relative(which: str, today: date) -> Period:
             return _days(first, today)
         if this == "past":
             return _days(today - timedelta(days=31), today)
-        return _month(_shift_months(first, 1).year, _shift_months(first, 1).month)
+        return _month(months_before(first, 1).year, months_before(first, 1).month)
     if this == "this":
         return _days(date(today.year, 1, 1), today)
     if this == "past":
@@ -117,7 +122,7 @@ def _ago(n: int, unit: str, today: date) -> Period:
         mid = today - timedelta(weeks=n)
         return _days(mid - timedelta(days=3), mid + timedelta(days=3))
     if unit == "month":
-        shifted = _shift_months(today.replace(day=1), n)
+        shifted = months_before(today.replace(day=1), n)
         return _month(shifted.year, shifted.month)
     return _days(date(today.year - n, 1, 1), date(today.year - n, 12, 31))
 
@@ -153,6 +158,6 @@ def named_periods(text: str, now: float) -> list[Period]:
         _month(y, month_of(m)) for y in range(today.year - _MONTH_ALONE_YEARS + 1, today.year + 1)
     ])  # fmt: skip
     take(_YEAR_ALONE, lambda m: _days(date(int(m["y"]), 1, 1), date(int(m["y"]), 12, 31)))
-    take(_AGO, lambda m: _ago(_NUMBERS.get(m["n"]) or int(m["n"]), m["unit"], today))
+    take(_AGO, lambda m: _ago(NUMBER_WORDS.get(m["n"]) or int(m["n"]), m["unit"], today))
     take(_RELATIVE, lambda m: _relative(m["which"], today))
     return periods

@@ -21,18 +21,16 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 
+from .periods import NUMBER_WORDS, months_before
+
 __all__ = ["annotate_relative_dates", "relative_dates"]
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-}  # fmt: skip
 _UNITS = r"(?:day|week|month|year)s?"
 _PHRASE = re.compile(
     r"\b(?:"
     r"(?P<day>today|tonight|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night|tomorrow)"
-    r"|(?P<n>\d{1,2}|an?|one|two|three|four|five|six|seven|eight|nine|ten|a\s+few|a\s+couple\s+of)"
+    rf"|(?P<n>\d{{1,2}}|a\s+few|a\s+couple\s+of|{'|'.join(NUMBER_WORDS)})"
     rf"\s+(?P<unit>{_UNITS})\s+ago"
     r"|(?P<which>last|this\s+past|past|next)\s+"
     rf"(?P<what>{'|'.join(_WEEKDAYS)}|weekend|week|month|year)"
@@ -54,11 +52,6 @@ def _weekday(d: date) -> str:
     return f"{d:%A} {_day(d)}"
 
 
-def _month_of(d: date, shift: int) -> date:
-    index = d.year * 12 + d.month - 1 + shift
-    return date(index // 12, index % 12 + 1, 1)
-
-
 def _meaning(m: re.Match[str], said: date) -> str | None:
     """The date (or span) the phrase of ``m`` names, said on ``said``."""
     if word := m["day"]:
@@ -73,13 +66,13 @@ def _meaning(m: re.Match[str], said: date) -> str | None:
         n_text = " ".join(m["n"].lower().split())
         if n_text in ("a few", "a couple of"):
             return f"a {'few' if n_text == 'a few' else 'couple of'} {unit}s before {_day(said)}"
-        n = _NUMBERS.get(n_text) or int(n_text)
+        n = NUMBER_WORDS.get(n_text) or int(n_text)
         if unit == "day":
             return _day(said - timedelta(days=n))
         if unit == "week":
             return f"around {_day(said - timedelta(weeks=n))}"
         if unit == "month":
-            return f"{_month_of(said, -n):%B %Y}"
+            return f"{months_before(said, n):%B %Y}"
         return str(said.year - n)
     which = " ".join(m["which"].lower().split())
     what = m["what"].lower()
@@ -99,7 +92,7 @@ def _meaning(m: re.Match[str], said: date) -> str | None:
         monday = said - timedelta(days=said.weekday()) + timedelta(weeks=1 if ahead else -1)
         return f"the week of {_day(monday)}"
     if what == "month":
-        return f"{_month_of(said, 1 if ahead else -1):%B %Y}"
+        return f"{months_before(said, -1 if ahead else 1):%B %Y}"
     return str(said.year + (1 if ahead else -1))
 
 
