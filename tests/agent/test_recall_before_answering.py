@@ -232,3 +232,26 @@ async def test_a_locked_index_never_holds_up_or_fails_the_turn(
     finally:
         blocker.rollback()
         blocker.close()
+
+
+async def test_a_summary_of_many_facts_is_recalled_as_the_fact_asked_about(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # A small model answered "What is my name?" with the first fact of the excerpt it was
+    # shown ("I work at Initech as a nurse"), and passed a lifecycle tag to memory_get as a
+    # citation: an entry is recalled as its matching lines, whole and untagged.
+    agent = make_agent()
+    cursor = agent.memory.append_history(
+        "- [correction] I work at Initech as a nurse.\n"
+        "- [durable] User's name is Maya\n"
+        "- [durable] User's cat is called Luna, she is a grey tabby",
+        session_key="cli:earlier",
+    ).cursor
+    agent.memory.set_dream_cursor(cursor)  # filed by Dream: no longer in Recent History
+    scripted_model.reply("Maya.")
+    await agent.turn("cli:fresh", "What is my name?")
+    block = _runtime_block(scripted_model.requests[-1])
+    recalled = [ln for ln in block.splitlines() if ln.startswith(f"- [history#{cursor},")]
+    assert len(recalled) == 1
+    assert recalled[0].endswith("] User's name is Maya")
+    assert "Initech" not in block and "[durable]" not in block

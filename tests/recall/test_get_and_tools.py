@@ -108,6 +108,15 @@ def test_every_search_citation_expands(two_chats: Workspace, index: RecallIndex)
         assert index.get(hit.citation, around=0)
 
 
+def test_a_citation_copied_with_the_match_marks_still_expands(
+    two_chats: Workspace, index: RecallIndex
+) -> None:
+    # A small model copies search output as it was shown, «marks» included.
+    hit = index.search("kyoto", k=1)[0]
+    marked = hit.citation.replace("session", "«session»").replace("history", "«history»")
+    assert index.get(marked, around=0) == index.get(hit.citation, around=0)
+
+
 def test_hits_to_json_is_serialisable(two_chats: Workspace, index: RecallIndex) -> None:
     data = hits_to_json(index.search("kyoto"))
 

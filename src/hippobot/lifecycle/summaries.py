@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hippobot.memory.facts import says_nothing
+from hippobot.memory.facts import parse_fact_line, says_nothing
 from hippobot.messages import Message, public_text
 
 __all__ = [
@@ -27,9 +27,6 @@ __all__ = [
 RAW_MAX_CHARS = 16_000
 SUMMARY_MAX_CHARS = 8_000
 KINDS = ("permanent", "durable", "ephemeral", "correction")
-_LINE = re.compile(
-    r"^\s*(?:[-*•]\s*)?\[(permanent|durable|ephemeral|correction)\]\s*[:\-–]?\s*(.+?)\s*$", re.I
-)
 _NOTHING = re.compile(r"^\W*(\(nothing\)|nothing|none|\[skip\].*)\W*$", re.I)
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
@@ -68,14 +65,14 @@ def parse_summary(text: str) -> ParsedSummary:
     for raw in text.splitlines():
         if not raw.strip() or raw.strip().startswith("```"):
             continue
-        m = _LINE.match(raw)
-        if m is None:
+        fact = parse_fact_line(raw)
+        if fact is None:
             rejected += 1
             continue
-        if says_nothing(m.group(2)):
+        if says_nothing(fact.text):
             unsaid += 1
             continue
-        line = f"- [{m.group(1).lower()}] {m.group(2)}"
+        line = f"- [{fact.kind}] {fact.text}"
         if line not in seen:
             seen.add(line)
             lines.append(line)

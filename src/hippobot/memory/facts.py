@@ -38,9 +38,11 @@ __all__ = [
     "FactLine",
     "Replaces",
     "fact_lines",
+    "fact_text",
     "find_statement",
     "keywords",
     "mentions_old_value",
+    "parse_fact_line",
     "replaced_value",
     "replaces_ref",
     "says_nothing",
@@ -125,14 +127,23 @@ class FactLine:
         return f"- [{self.kind}] {self.text}"
 
 
+def parse_fact_line(raw: str) -> FactLine | None:
+    """``- [kind] fact`` (bullet optional, any case of the tag) as a :class:`FactLine`;
+    ``None`` for any other line. The one reader of the tagged-line format."""
+    m = _LINE.match(raw)
+    return FactLine(m.group(1).lower(), m.group(2)) if m is not None else None
+
+
 def fact_lines(content: str) -> list[FactLine]:
     """The tagged lines of one entry's content (untagged lines and ``[RAW]`` dumps: none)."""
-    out: list[FactLine] = []
-    for raw in content.splitlines():
-        m = _LINE.match(raw)
-        if m is not None:
-            out.append(FactLine(m.group(1).lower(), m.group(2)))
-    return out
+    return [line for raw in content.splitlines() if (line := parse_fact_line(raw)) is not None]
+
+
+def fact_text(line: str) -> str:
+    """A tagged line's fact without its bullet and tag (``- [durable] X`` -> ``X``); any
+    other line unchanged. For readers that want the statement, not the lifecycle mark."""
+    fact = parse_fact_line(line)
+    return fact.text if fact is not None else line
 
 
 def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | None]:

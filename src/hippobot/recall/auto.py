@@ -249,7 +249,7 @@ class AutoRecall:
             query, k=_SEARCH_K, session_key=session_key,
             include_other_sessions=self.include_other_sessions, min_score=self._bar(vector),
             vector=vector, semantic=vector is not None,
-            snippet_chars=_SNIPPET_CHARS, marks=False, max_terms=_MAX_TERMS,
+            snippet_chars=_SNIPPET_CHARS, marks=False, max_terms=_MAX_TERMS, statements=True,
         )  # fmt: skip
 
     def _open_and_search(self, query: str, session_key: str) -> tuple[RecallIndex, list[Hit] | None]:

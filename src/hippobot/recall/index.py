@@ -379,6 +379,7 @@ class RecallIndex:
         snippet_chars: int = 160,
         marks: bool = True,
         max_terms: int | None = None,
+        statements: bool = False,
     ) -> list[Hit]:
         """The ``k`` best matches for ``query``, best first, each with a calibrated
         ``score`` between 0 and 1 (see :mod:`~hippobot.recall.ranking`).
@@ -400,6 +401,8 @@ class RecallIndex:
         (:meth:`embed_query`); ``semantic=False`` searches by keywords only even with an
         embedder (a caller that could not wait for the vector). ``snippet_chars`` is the
         length of each snippet; ``marks=False`` leaves the matched words unmarked;
+        ``statements`` shows a history entry of many lines as its matching lines,
+        untagged (:func:`~hippobot.recall.query.best_lines`);
         ``max_terms`` keeps only that many of the query's words, the longest (each word is
         probed in every table, so a long message costs in proportion).
         """
@@ -430,7 +433,8 @@ class RecallIndex:
             best = _trim(sorted(found, key=lambda e: (-e.score, -e.doc_id)), min_score)[:k]
             notes = {e.doc_id: _explain(e) for e in best} if explain else None
             return load_hits(self._db, [(e.doc_id, e.score) for e in best], parsed, session_key,
-                             notes, snippet_chars=snippet_chars, marks=marks)  # fmt: skip
+                             notes, snippet_chars=snippet_chars, marks=marks,
+                             statements=statements)  # fmt: skip
 
         return self._guard(run)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from hippobot.errors import UserError
+from hippobot.memory.facts import fact_text
 from hippobot.safeio import read_text
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "RecallError",
     "Scope",
     "Term",
+    "best_lines",
     "best_snippet",
     "candidate_sql",
     "expand_citation",
@@ -301,6 +303,75 @@ def _densest_window(spans: list[tuple[int, int, int]], width: int) -> int:
     return best_start
 
 
+def _match_spans(flat: str, query: ParsedQuery) -> list[tuple[int, int, int]]:
+    """``(start, end, term index)`` of each match of the query's terms, in text order."""
+    spans: list[tuple[int, int, int]] = []
+    for i, term in enumerate(query.terms):
+        for m in re.finditer(_term_pattern(term), flat, flags=re.IGNORECASE):
+            if term.cjk or _word_start(flat, m.start()):
+                spans.append((m.start(), m.end(), i))
+    spans.sort()
+    del spans[_MAX_SPANS:]
+    return spans
+
+
+def best_lines(text: str, query: ParsedQuery, *, width: int = 280) -> tuple[str, int] | None:
+    """The lines of a many-line ``text`` that match the query, as statements.
+
+    A history entry is a list of facts, one per line. Cut as a window of characters, the
+    excerpt recalled for "What is my name?" began with the fact before the one asked about,
+    and a small model answered with that one ("I work at Initech as a nurse", seen with
+    Qwen2.5-Coder-1.5B). Here each line is kept or left whole: the lines that match most
+    of the query's distinct terms (most of them as the very word, not by its stem), as many
+    as fit in ``width``, shown in their order and without their lifecycle tags (``[correction]``, which the same model then passed to
+    ``memory_get`` as a citation). ``None`` when the text is one line or no line matches:
+    the caller cuts a window instead.
+    """
+    flat = unicodedata.normalize("NFKC", text)
+    lines: list[tuple[int, str]] = []  # (offset, line)
+    offset = 0
+    for raw in flat.split("\n"):
+        if raw.strip():
+            lines.append((offset, raw))
+        offset += len(raw) + 1
+    if len(lines) < 2:
+        return None
+    spans = _match_spans(flat, query)
+    # (-distinct terms, -distinct terms matched as the very word, line number, first match):
+    # "What is my name?" matches "named" by its stem, but "User's name is Maya" says it.
+    matched: list[tuple[int, int, int, int]] = []
+    j = 0
+    for number, (start, line) in enumerate(lines):
+        end = start + len(line)
+        while j < len(spans) and spans[j][0] < start:
+            j += 1
+        here = [span for span in spans[j:] if span[0] < end]
+        if here:
+            terms = {t for _s, _e, t in here}
+            exact = {t for s, e, t in here if flat[s:e].lower() == query.terms[t].text.lower()}
+            matched.append((-len(terms), -len(exact), number, here[0][0]))
+    if not matched:
+        return None
+    chosen: list[tuple[int, int]] = []  # (line number, first match)
+    used = 0
+    matched.sort()
+    best = matched[0][:2]
+    for *key, number, first in matched:
+        if tuple(key) != best:  # a line that says less of the question is another fact
+            break
+        statement = " ".join(fact_text(lines[number][1]).split())
+        if chosen and used + len(statement) + 3 > width:
+            continue
+        chosen.append((number, first))
+        used += len(statement) + 3
+    chosen.sort()
+    parts = [" ".join(fact_text(lines[n][1]).split()) for n, _ in chosen]
+    excerpt = " … ".join(parts)
+    if len(excerpt) > width:  # one line alone longer than the budget
+        excerpt = excerpt[: width - 1].rstrip() + "…"
+    return excerpt, chosen[0][1]
+
+
 def best_snippet(
     text: str, query: ParsedQuery, *, width: int = 160, marks: bool = True
 ) -> tuple[str, int]:
@@ -311,13 +382,7 @@ def best_snippet(
     turn it into a line number); 0 when nothing matched.
     """
     flat = unicodedata.normalize("NFKC", text)
-    spans: list[tuple[int, int, int]] = []  # (start, end, term index)
-    for i, term in enumerate(query.terms):
-        for m in re.finditer(_term_pattern(term), flat, flags=re.IGNORECASE):
-            if term.cjk or _word_start(flat, m.start()):
-                spans.append((m.start(), m.end(), i))
-    spans.sort()
-    del spans[_MAX_SPANS:]
+    spans = _match_spans(flat, query)
     start = anchor = 0
     if spans:
         anchor = _densest_window(spans, width)
@@ -380,8 +445,9 @@ _FILE_CITE = re.compile(r"(\S.*?):(\d+)")
 
 
 def parse_citation(text: str) -> Citation | None:
-    """Parse a citation as printed by search; ``None`` if it is not one."""
-    s = text.strip().strip("[]()`'\"").strip()
+    """Parse a citation as printed by search; ``None`` if it is not one. A citation copied
+    with search's match marks in it (``«session» cli:direct#4``) is the citation."""
+    s = text.replace("«", "").replace("»", "").strip().strip("[]()`'\"").strip()
     if m := _HISTORY_CITE.fullmatch(s):
         return Citation("history", int(m.group(1)))
     if m := _SESSION_CITE.fullmatch(s):
@@ -498,9 +564,11 @@ def load_hits(
     *,
     snippet_chars: int = 160,
     marks: bool = True,
+    statements: bool = False,
 ) -> list[Hit]:
     """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation
-    (and, when ``explain`` is given, each hit's score parts from it)."""
+    (and, when ``explain`` is given, each hit's score parts from it). ``statements``: a
+    history entry of many lines is shown as its matching lines (:func:`best_lines`)."""
     if not best:
         return []
     ids = [doc_id for doc_id, _ in best]
@@ -519,7 +587,9 @@ def load_hits(
         if doc_id not in rows:
             continue
         _, num, ts, key, role, text, rel, kind = rows[doc_id]
-        snippet, offset = best_snippet(text, parsed, width=snippet_chars, marks=marks)
+        # A history entry is a list of facts; a message's lines belong together.
+        by_line = best_lines(text, parsed, width=snippet_chars) if statements and kind == "history" else None
+        snippet, offset = by_line or best_snippet(text, parsed, width=snippet_chars, marks=marks)
         if kind == "history":
             citation = f"history#{num}"
         elif kind == "session":
