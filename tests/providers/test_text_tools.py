@@ -38,6 +38,7 @@ def calls(text: str) -> list[tuple[str, dict]]:
         '```\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n```',
         '{"name": "read_file", "arguments": {"path": "USER.md"}}',
         '{{"name": "read_file", "arguments": {"path": "USER.md"}}}',  # Qwen via llama.cpp
+        '{{"name": "read_file", "arguments": {"path": "USER.md"}}',  # doubled at the start only
         '<tool_call>\n{"name": "read_file", "arguments": {"path": "USER.md"}}\n</tool_call>',
         '<tool_call>{"name": "read_file", "arguments": {"path": "USER.md"}}',  # unclosed at the end
         '{"name": "read_file", "parameters": {"path": "USER.md"}}',

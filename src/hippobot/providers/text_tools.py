@@ -31,7 +31,7 @@ of calls):
 * ``{"type": "function", "function": {"name": N, "arguments": ...}}`` and ``{"tool_calls": [...]}``;
 * ``<function=N>{...}</function>`` (Llama 3.x);
 * an object wrapped in doubled braces ``{{ ... }}`` (a chat-template artefact seen with
-  Qwen2.5 behind llama.cpp);
+  Qwen2.5 behind llama.cpp), or opened with one and closed without it;
 * a call's arguments alone, when their one key is the one required parameter of exactly one
   offered tool: ``{"citation": "session x#11"}``;
 * an object in bold or code marks, with bare keys and names:
@@ -314,6 +314,9 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
             end += 1
         if end < len(text) and text[end] == "}":
             return value, end + 1
+        # "{{...}}" whose last brace closes the arguments: the doubled brace is only at the
+        # start (Qwen2.5-Coder-1.5B's reply, shown raw to the user until this was read).
+        return value, end
     return _decode_bare_words(text, pos)
 
 
