@@ -3,7 +3,12 @@ archive that recall still searches."""
 
 from __future__ import annotations
 
-from hippobot.context.recent import RecentEntry, select_recent_history
+import random
+
+import pytest
+
+from hippobot.context.recent import RecentEntry, render_entry, select_recent_history
+from hippobot.context.tokens import count_text
 from hippobot.memory.history import HistorySource
 from hippobot.memory.store import MemoryStore
 
@@ -22,7 +27,7 @@ def test_durable_lines_outrank_passing_remarks_when_the_share_is_tight():
                  f"- [permanent] User's locker {i} code is {1000 + i}")
         for i in range(1, 13)
     ]
-    sel = select_recent_history(entries, session_key="cli:direct", include_other_sessions=True, max_tokens=360)
+    sel = select_recent_history(entries, session_key="cli:direct", include_other_sessions=True, max_tokens=420)
     text = shown(sel)
     assert all(f"code is {1000 + i}" in text for i in range(1, 13)), "a durable line was dropped"
     assert sel.dropped_other > 0 and sel.dropped_durable == 0
@@ -35,6 +40,25 @@ def test_when_even_durable_lines_overflow_the_prompt_says_so():
     assert sel.dropped_durable > 0
     assert "Dream is filing them" in sel.note
     assert "code is 1039" in shown(sel)  # the newest are kept
+
+
+@pytest.mark.parametrize("cap", [300, 700, 1500])
+def test_what_the_selection_keeps_fits_as_the_prompt_renders_it(cap):
+    # The prompt drops whole entries, durable facts and all, when the rendered section is
+    # over its share; the selection must cost entries the way they are rendered (the
+    # timestamp, the indent, fenced look-alikes), or an early fact silently leaves the prompt.
+    rng = random.Random(cap)
+    words = ["garden", "compost", "tomato", "rain", "# heading", "---", "basil", "soil"]
+    entries = []
+    for i in range(1, 40):
+        lines = [f"- [ephemeral] today (= {i} December 2026) " + " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
+                 for _ in range(rng.randint(1, 6))]
+        lines.insert(rng.randint(0, len(lines)), f"- [permanent] User's locker {i} code is {1000 + i}")
+        entries.append(RecentEntry(i, f"2026-12-{1 + i % 28:02d} 07:{i:02d}", "\n".join(lines), "cli:direct"))
+    sel = select_recent_history(entries, session_key="cli:direct", include_other_sessions=True, max_tokens=cap)
+    note = f"{sel.note}\n\n" if sel.note else ""
+    text = "# Recent History\n\n" + note + "\n".join(render_entry(e.timestamp, e.content) for e in sel.entries)
+    assert count_text(text) <= cap
 
 
 def test_a_correction_hides_the_fact_it_replaces():

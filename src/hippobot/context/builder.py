@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from hippobot.context.loader import WorkspaceFiles
 from hippobot.context.memory_select import select_memory, split_budget
+from hippobot.context.recent import render_entry
 from hippobot.context.runtime import fence_untrusted
 from hippobot.context.skills import Skill, SkillsIndex
 from hippobot.context.tokens import count_text
@@ -210,9 +211,7 @@ def _skills(inputs: PromptInputs) -> str:
 
 
 def _history_line(entry: HistoryLike) -> str:
-    content = fence_untrusted(str(entry.content).strip())
-    # continuation lines are indented so a multi-line entry stays one list item
-    return f"- [{entry.timestamp}] " + content.replace("\n", "\n  ")
+    return render_entry(str(entry.timestamp), str(entry.content))
 
 
 def _shorten_to(line: str, max_tokens: int) -> str:

@@ -25,12 +25,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from hippobot.context.runtime import fence_untrusted
 from hippobot.context.tokens import count_text
 from hippobot.memory.facts import fact_lines, mentions_old_value, split_correction
 
-__all__ = ["RecentEntry", "RecentSelection", "select_recent_history"]
+__all__ = ["RecentEntry", "RecentSelection", "render_entry", "select_recent_history"]
 
 _HEADER_TOKENS = 24  # "# Recent History" and a note line
+
+
+def render_entry(timestamp: str, content: str) -> str:
+    """One entry as the prompt shows it: a list item whose continuation lines are indented
+    (so a multi-line entry stays one item), scaffolding look-alikes fenced. The selection
+    below costs entries in exactly this form, so what it keeps is what fits."""
+    return f"- [{timestamp}] " + fence_untrusted(content.strip()).replace("\n", "\n  ")
+
+
+def _prefix_tokens(timestamp: str) -> int:
+    return count_text(render_entry(timestamp, ""))
+
+
+def _line_tokens(raw: str) -> int:
+    # the line as rendered: indented, fenced, and the newline that ends it
+    return count_text("  " + fence_untrusted(raw.strip())) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +89,7 @@ class _Candidate:
     session_key: str | None
     lines: list[_Line]
     own: bool
+    prefix: int = 0  # tokens of the "- [timestamp] " that opens the rendered entry
 
 
 def _candidate(entry: RecentEntry, own: bool) -> _Candidate | None:
@@ -79,10 +97,12 @@ def _candidate(entry: RecentEntry, own: bool) -> _Candidate | None:
     if content.startswith("[RAW]"):
         head, _, _ = content.partition("\n")
         # the dump stays in the archive; its header says where the messages are
-        lines = [_Line(head, False, count_text(head) + 2)]
+        lines = [_Line(head, False, _line_tokens(head))]
         if not own:
             return None
-        return _Candidate(entry.cursor, entry.timestamp, entry.session_key, lines, own)
+        return _Candidate(
+            entry.cursor, entry.timestamp, entry.session_key, lines, own, _prefix_tokens(entry.timestamp)
+        )
     out: list[_Line] = []
     for raw in content.splitlines():
         if not raw.strip():
@@ -91,10 +111,12 @@ def _candidate(entry: RecentEntry, own: bool) -> _Candidate | None:
         durable = bool(facts) and facts[0].durable
         if not own and not durable:
             continue
-        out.append(_Line(raw.strip(), durable, count_text(raw) + 2))
+        out.append(_Line(raw.strip(), durable, _line_tokens(raw)))
     if not out:
         return None
-    return _Candidate(entry.cursor, entry.timestamp, entry.session_key, out, own)
+    return _Candidate(
+        entry.cursor, entry.timestamp, entry.session_key, out, own, _prefix_tokens(entry.timestamp)
+    )
 
 
 def _drop_superseded(cands: list[_Candidate]) -> None:
@@ -115,7 +137,7 @@ def _drop_superseded(cands: list[_Candidate]) -> None:
 
 
 def _cost(cands: list[_Candidate]) -> int:
-    return _HEADER_TOKENS + sum(6 + sum(ln.tokens for ln in c.lines) for c in cands if c.lines)
+    return _HEADER_TOKENS + sum(c.prefix + sum(ln.tokens for ln in c.lines) for c in cands if c.lines)
 
 
 def select_recent_history(
