@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from difflib import SequenceMatcher
 from functools import lru_cache
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = [
     "FILLER",
     "STOP_WORDS",
@@ -56,8 +58,8 @@ __all__ = [
     "words",
 ]
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
-_POSSESSIVE = re.compile(r"['’]s$")
+_WORD = lazy_compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_POSSESSIVE = lazy_compile(r"['’]s$")
 
 # English function words. One list: fact matching, memory relevance and (after the recall
 # rewrite) search queries drop the same words.
@@ -73,12 +75,12 @@ FILLER = frozenset(
 )
 
 _NOT_FACT = STOP_WORDS | FILLER
-_NEGATED_BEFORE = re.compile(
+_NEGATED_BEFORE = lazy_compile(
     r"\b(?:not|no longer|formerly|previously|used to|moved from|instead of|rather than)\b"
     r"[^.;]{0,30}$",
     re.I,
 )
-_LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
+_LIST_MARK = lazy_compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _SIMILAR = 0.85  # a rewording this close to a line counts as the same line
 
 

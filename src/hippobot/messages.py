@@ -18,8 +18,9 @@ holds one still loads, lists, shows and chats.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, NotRequired, TypedDict, TypeVar
+
+from hippobot.lazy_regex import lazy_compile
 
 __all__ = [
     "RUNTIME_CONTEXT_HEADER",
@@ -36,7 +37,7 @@ __all__ = [
     "wire_message",
 ]
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = lazy_compile("[\ud800-\udfff]")
 _T = TypeVar("_T")
 
 

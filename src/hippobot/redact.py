@@ -36,6 +36,8 @@ import functools
 import re
 from collections.abc import Iterable
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["REDACTED", "Redactor", "redact_exact", "redact_secrets", "secret_forms"]
 
 REDACTED = "[REDACTED]"
@@ -49,22 +51,22 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     # OpenAI (sk-, sk-proj-, sk-svcacct-, sk-admin-) and Anthropic (sk-ant-api03-...), in
     # any letter case. Random bodies contain a digit; hyphenated prose ("sk-this-is-...")
     # does not.
-    re.compile(r"(?<![A-Za-z0-9_\-])[sS][kK]-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}"),
+    lazy_compile(r"(?<![A-Za-z0-9_\-])[sS][kK]-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}"),
     # Stripe secret / restricted keys.
-    re.compile(r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}" + _TAIL),
     # GitHub personal, OAuth, user-to-server, server and refresh tokens.
-    re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{30,}" + _TAIL),
-    re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{30,}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,}" + _TAIL),
     # AWS access key ids (long-term AKIA, temporary ASIA).
-    re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    lazy_compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
     # Slack bot / app / user / refresh / legacy tokens.
-    re.compile(r"(?<![A-Za-z0-9_])xox[abprs]-[A-Za-z0-9\-]{10,}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_])xox[abprs]-[A-Za-z0-9\-]{10,}" + _TAIL),
     # Google API keys: "AIza" + 35 characters.
-    re.compile(r"(?<![A-Za-z0-9_\-])AIza[0-9A-Za-z_\-]{35}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_\-])AIza[0-9A-Za-z_\-]{35}" + _TAIL),
     # Hugging Face access tokens.
-    re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}" + _TAIL),
+    lazy_compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}" + _TAIL),
     # PEM private keys, including a block cut off before its END line.
-    re.compile(
+    lazy_compile(
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
         r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|.*\Z)",
         re.DOTALL,
@@ -73,7 +75,7 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
 
 # "Bearer <token>": the word stays, the token goes. A real token is long and has a
 # digit somewhere, which the English noun is never followed by.
-_BEARER = re.compile(
+_BEARER = lazy_compile(
     r"(?P<keep>\bBearer\s+)(?P<value>(?=[A-Za-z0-9._~+/=\-]*\d)[A-Za-z0-9._~+/=\-]{16,})",
     re.IGNORECASE,
 )
@@ -89,12 +91,12 @@ _SECRET_NAME = (
     r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{0,40}?"
     r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|token|password|passwd)"
 )
-_ASSIGNMENT_QUOTED = re.compile(
+_ASSIGNMENT_QUOTED = lazy_compile(
     r"(?P<keep>(?P<q1>\\?[\"']?)" + _SECRET_NAME + r"(?P=q1)\s*[:=]\s*(?P<q2>\\?[\"']))"
     r"(?P<value>[^\"'\\\n]{8,256})(?=(?P=q2))",
     re.IGNORECASE,
 )
-_ASSIGNMENT_BARE = re.compile(
+_ASSIGNMENT_BARE = lazy_compile(
     r"(?P<keep>" + _SECRET_NAME + r"\s*[:=]\s*)"
     r"(?P<value>(?=[^\s\"',;]{0,256}?\d)[^\s\"',;]{8,256})",
     re.IGNORECASE,
@@ -127,11 +129,11 @@ _TOKEN_LITERALS: tuple[tuple[str, ...], ...] = (
 _NAME_WORDS = r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|token|password|passwd)"
 # A name is followed by its closing quote (if any) and ":" or "=", in both patterns.
 _ASSIGNS = r"(?=\\?[\"']?\s*[:=])"
-_NAME_END = re.compile(_NAME_WORDS + r"(?![A-Za-z0-9_\-])" + _ASSIGNS, re.IGNORECASE)
+_NAME_END = lazy_compile(_NAME_WORDS + r"(?![A-Za-z0-9_\-])" + _ASSIGNS, re.IGNORECASE)
 # The same on lowercased ASCII text (same positions, no costly case folding).
-_NAME_END_ASCII = re.compile(_NAME_WORDS + r"(?![a-z0-9_\-])" + _ASSIGNS)
+_NAME_END_ASCII = lazy_compile(_NAME_WORDS + r"(?![a-z0-9_\-])" + _ASSIGNS)
 _NAME_HINTS = ("key", "secret", "token", "passw")
-_NAME_CHAR = re.compile(r"[A-Za-z0-9_\-]", re.IGNORECASE)  # as the patterns see it: "ſ" is one
+_NAME_CHAR = lazy_compile(r"[A-Za-z0-9_\-]", re.IGNORECASE)  # as the patterns see it: "ſ" is one
 _ASCII_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _LONGEST_NAME = 40 + len("secret_key")
 

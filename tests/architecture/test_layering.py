@@ -1,6 +1,6 @@
 """The layers import one way: front ends (cli, server) → agent (and the nanobot import) →
 lifecycle → context / session / memory / providers / tools / recall / loop → base modules
-(messages, errors, config, workspace, ...). Every package has a layer, and no import cycle
+(messages, errors, config, workspace, lazy_regex, ...). Every package has a layer, and no import cycle
 joins two hippobot modules.
 
 Every runtime import in src/hippobot is checked (imports inside functions count; imports
@@ -17,7 +17,7 @@ import hippobot
 SRC = Path(hippobot.__file__).parent
 FRONT = {"cli", "server"}
 LOWER = {"context", "session", "memory", "providers", "tools", "recall", "loop"}
-BASE = {"messages", "errors", "redact", "locks", "workspace", "safeio", "atomic", "factmatch",
+BASE = {"messages", "errors", "redact", "locks", "workspace", "safeio", "atomic", "factmatch", "lazy_regex",
         "config", "prompts", "usage_ledger", "schema_build", ""}  # "": the hippobot package itself
 # Each package's layer, top first: a module imports only from its own layer or below.
 LAYER = {

@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["COMMANDS", "CommandRouter", "CommandTarget", "is_command"]
 
-_COMMAND = re.compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S | re.I)
+_COMMAND = lazy_compile(r"^/([a-z][a-z-]*)(?:\s+(.*))?$", re.S | re.I)
 
 
 @dataclass(frozen=True, slots=True)

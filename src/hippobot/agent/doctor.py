@@ -42,6 +42,7 @@ import httpx
 
 from hippobot.config.loader import NANOBOT_NOTE
 from hippobot.errors import ConfigError, HippobotError, ProviderError, UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ FREE_FAIL = 100 * 2**20
 FREE_WARN = 1 * 2**30
 Entries = list[dict[str, Any]] | None  # the model list's ``data``, None when there is none
 _HISTORY_COMMITS = 2000  # the fsck walks this much history at most
-_LOCAL = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\]|0\.0\.0\.0)(:\d+)?(/|$)")
+_LOCAL = lazy_compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\]|0\.0\.0\.0)(:\d+)?(/|$)")
 
 _PROBE_TOOL = {
     "type": "function",

@@ -7,18 +7,18 @@ Idempotent, and it never overwrites a file that exists: a user's edits always wi
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from hippobot.agent.onboarding import OnboardResult, ensure_workspace, template, write_if_missing
 from hippobot.atomic import atomic_write_text
 from hippobot.config import Settings
 from hippobot.config.loader import strip_json_comments
+from hippobot.lazy_regex import lazy_compile
 from hippobot.workspace import CONFIG_FILE
 
 __all__ = ["OnboardResult", "onboard", "record_workspace"]
 
-_WORKSPACE_KEY = re.compile(r'("workspace"\s*:\s*)(null|"(?:[^"\\]|\\.)*")')
+_WORKSPACE_KEY = lazy_compile(r'("workspace"\s*:\s*)(null|"(?:[^"\\]|\\.)*")')
 
 
 def record_workspace(config_path: Path, workspace: Path) -> str:

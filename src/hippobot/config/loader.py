@@ -27,6 +27,7 @@ from hippobot.config.keys import KeyReport, brief_paths, drop_nulls, walk_keys
 from hippobot.config.providers import find_entry, find_spec, match_provider, wire_model
 from hippobot.config.schema import AgentDefaults, Config, ProviderConfig, reply_tokens
 from hippobot.errors import ConfigError, NoModelConfiguredError, StorageError, UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.workspace import SESSION_SUFFIX, Home, NanobotFiles
 
 __all__ = [
@@ -55,7 +56,7 @@ _LOCAL_PROVIDERS = {"ollama", "vllm", "llamacpp"}
 NANOBOT_NOTE = "nanobot settings not used by hippobot"
 """How the warning about a copied nanobot file's unused settings starts (shown once per
 version of the file: :func:`_show_once`)."""
-_LOCAL_HOST = re.compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?(/|$)")
+_LOCAL_HOST = lazy_compile(r"^https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?(/|$)")
 
 
 @dataclass(frozen=True, slots=True)

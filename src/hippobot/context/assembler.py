@@ -9,7 +9,6 @@ is budgeted cannot differ.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from hippobot.context.budget import Budget, usage_estimate
 from hippobot.context.builder import ContextBuilder, SystemPrompt
 from hippobot.context.recent import RecentEntry, RecentSelection, select_recent_history
 from hippobot.context.wire import to_wire
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.history import HistoryEntry
 from hippobot.messages import Message, content_text
 from hippobot.session.model import Session
@@ -86,7 +86,7 @@ def memory_anchor(session: Session, recent: Sequence[Any], next_user: str = "") 
     return "\n".join(parts)
 
 
-_FENCE_MARK = re.compile(r"\\(?=[\[#-])")
+_FENCE_MARK = lazy_compile(r"\\(?=[\[#-])")
 
 
 def _comparable(text: str) -> str:

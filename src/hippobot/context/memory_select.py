@@ -18,19 +18,19 @@ is always shown.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hippobot.factmatch import content_words
+from hippobot.lazy_regex import lazy_compile
 
 __all__ = ["ALWAYS_MARK", "MemoryView", "relevance_terms", "select_memory", "split_budget"]
 
 ALWAYS_MARK = "<!-- always -->"
 _NOTE_HEADINGS = 6  # left-out sections named in the note
-_HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
-_BULLET = re.compile(r"^\s{0,3}(?:[-*+]|\d+[.)])\s+")
+_HEADING = lazy_compile(r"^(#{1,6})\s+(.*\S)\s*$")
+_BULLET = lazy_compile(r"^\s{0,3}(?:[-*+]|\d+[.)])\s+")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.messages import RUNTIME_CONTEXT_FOOTER, RUNTIME_CONTEXT_HEADER, RuntimeContextMarker
 
 __all__ = [
@@ -124,13 +125,13 @@ def attach_runtime_context(text: str, block: str) -> tuple[str, RuntimeContextMa
 
 # Lines that would read as our own scaffolding: runtime/archive/skill envelopes, the section
 # separator, and level-1/2 headings (every system section starts with one).
-_ENVELOPE = re.compile(
+_ENVELOPE = lazy_compile(
     r"^\s*\[/?(?:Runtime Context|Archived Context Summary|Active Skills)", re.IGNORECASE
 )
-_SEPARATOR = re.compile(r"^\s*-{3,}\s*$")
-_HEADING = re.compile(r"^\s*#{1,2}(?:\s|$)")
+_SEPARATOR = lazy_compile(r"^\s*-{3,}\s*$")
+_HEADING = lazy_compile(r"^\s*#{1,2}(?:\s|$)")
 # Headings that look like the prompt's own sections: a top-level heading, or a bootstrap file.
-_SECTION_LOOKALIKE = re.compile(r"^\s*(?:#(?:\s|$)|##\s+(?:AGENTS|SOUL|USER)\.md\b)")
+_SECTION_LOOKALIKE = lazy_compile(r"^\s*(?:#(?:\s|$)|##\s+(?:AGENTS|SOUL|USER)\.md\b)")
 
 
 def fence_untrusted(text: str, *, structure: bool = True) -> str:
@@ -162,7 +163,7 @@ def fence_untrusted(text: str, *, structure: bool = True) -> str:
 
 
 # An envelope marker anywhere in a line, not escaped yet.
-_ENVELOPE_ANYWHERE = re.compile(
+_ENVELOPE_ANYWHERE = lazy_compile(
     r"(?<!\\)\[/?(?:Runtime Context|Archived Context Summary|Active Skills)", re.IGNORECASE
 )
 

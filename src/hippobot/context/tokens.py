@@ -30,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from hippobot.lazy_regex import lazy_compile
 
 __all__ = [
     "IMAGE_TOKENS",
@@ -144,7 +145,7 @@ def current_mode() -> str:
 # Mirrors cl100k's pre-tokenisation (contractions, letter runs with one leading symbol,
 # 1-3 digit groups, punctuation runs, newlines, spaces) so the estimate only has to guess
 # how each piece splits, not where pieces begin.
-_PIECE = re.compile(
+_PIECE = lazy_compile(
     r"'(?i:[sdmt]|ll|ve|re)"
     r"|(?:[^\r\n\w]|_)?[^\W\d_]+"
     r"|\d{1,3}"
@@ -153,7 +154,7 @@ _PIECE = re.compile(
     r"|\s+(?!\S)"
     r"|\s+"
 )
-_ASCII_LETTER = re.compile(r"[A-Za-z]")
+_ASCII_LETTER = lazy_compile(r"[A-Za-z]")
 
 
 def _estimate_word(word: str) -> float:

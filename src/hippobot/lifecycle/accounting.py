@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hippobot.factmatch import find_statement, keywords, mentions_old_value, same_line, states, stem
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import (
     Replaces,
     fact_lines,
@@ -165,7 +166,7 @@ def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
     return any(later.replaces(fact) for later in facts)
 
 
-_RETAGGED = re.compile(r"\b(ephemeral|(?:no longer|not) relevant|irrelevant)\b", re.I)
+_RETAGGED = lazy_compile(r"\b(ephemeral|(?:no longer|not) relevant|irrelevant)\b", re.I)
 """Reasons that overrule the archive's tag rather than judge the fact: "ephemeral" is the
 tag consolidation did not give it, and relevance "to the current conversation" is beside
 the point of a file kept for later ones. "Transient mood", "passing weather talk" still

@@ -38,14 +38,15 @@ from hippobot.factmatch import (
     states,
     stem,
 )
+from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.dream_findings import Finding
 from hippobot.workspace import MEMORY_MD
 
 __all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
 
 LEARNED_HEADING = "## Learned in conversation"
-_HEADING = re.compile(r"^(#{1,6})\s+\S")
-_MARK = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
+_HEADING = lazy_compile(r"^(#{1,6})\s+\S")
+_MARK = lazy_compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
 _SECTION_MIN = 2  # shared words (a heading word counts twice) to choose a section
 
 
@@ -230,8 +231,8 @@ def _add(out: Placement, finding: Finding) -> None:
     out.done.append(f"{file}: added {finding.text!r}{where}")
 
 
-_FIELD = re.compile(r"^(\s*[-*]\s+)([^:\n]{1,40}?)\s*:\s*$")
-_LABELLED = re.compile(r"^([^:\n]{1,40}?)\s*:\s*(\S.*)$")
+_FIELD = lazy_compile(r"^(\s*[-*]\s+)([^:\n]{1,40}?)\s*:\s*$")
+_LABELLED = lazy_compile(r"^([^:\n]{1,40}?)\s*:\s*(\S.*)$")
 
 
 def _fill_field(text: str, fact: str) -> str | None:

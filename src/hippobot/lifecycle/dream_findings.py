@@ -26,23 +26,24 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hippobot.factmatch import same_line
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import replaces_ref, split_correction
 from hippobot.workspace import MEMORY_MD, SOUL_MD, USER_MD
 
 __all__ = ["Finding", "parse_finding", "parse_findings", "parse_rejections"]
 
-_TAGGED = re.compile(r"^\s*(?:[-*•]|\d+[.)])?\s*\[([^\]\n]{1,60})\]\s*[:\-–]?\s*(.*?)\s*$")
-_HEADING_SEP = re.compile(r"\s*(?:[:/>|]|\s-\s)\s*")
-_REMOVE_BODY = re.compile(
+_TAGGED = lazy_compile(r"^\s*(?:[-*•]|\d+[.)])?\s*\[([^\]\n]{1,60})\]\s*[:\-–]?\s*(.*?)\s*$")
+_HEADING_SEP = lazy_compile(r"\s*(?:[:/>|]|\s-\s)\s*")
+_REMOVE_BODY = lazy_compile(
     r"^(?:`?(?P<file>[\w./-]+\.md)`?(?:\s*(?:>|/|:)\s*(?P<heading>[^:\"“”]+?))?\s*:\s*)?"
     r"[\"“']?(?P<text>.+?)[\"”']?\s*(?:(?:—|–|\s-\s|--).*)?$"
 )
-_REJECT = re.compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$", re.I)
+_REJECT = lazy_compile(r"^\s*[-*]?\s*\[SKIP\]\s*(.+?)\s*(?:—|–| - |:)\s*(.+?)\s*$", re.I)
 # A quoted fact may itself hold a colon or dash ("User said: ..."): the quotes delimit it.
-_REJECT_QUOTED = re.compile(r'^\s*[-*]?\s*\[SKIP\]\s*["“](.+?)["”]\s*(?:—|–| - |:)\s*(.+?)\s*$', re.I)
+_REJECT_QUOTED = lazy_compile(r'^\s*[-*]?\s*\[SKIP\]\s*["“](.+?)["”]\s*(?:—|–| - |:)\s*(.+?)\s*$', re.I)
 
 # What a model writes when it has nothing to say, in a finding's place.
-_NOTHING = re.compile(r"^(?:none|nothing(?: new)?(?: to (?:add|change|update))?|n/?a|no (?:new )?(?:facts?|findings?|changes?|updates?)\b.*)\W*$", re.I)
+_NOTHING = lazy_compile(r"^(?:none|nothing(?: new)?(?: to (?:add|change|update))?|n/?a|no (?:new )?(?:facts?|findings?|changes?|updates?)\b.*)\W*$", re.I)
 # The prompts' own placeholder lines, which small models copy back as findings.
 _PLACEHOLDERS = (
     "atomic fact for USER.md (not already there)", "behaviour rule for SOUL.md",

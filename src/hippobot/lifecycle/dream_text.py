@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hippobot.atomic import atomic_write_text
 from hippobot.factmatch import find_statement, same_line
+from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.dream_apply import LEARNED_HEADING
 from hippobot.lifecycle.dream_findings import parse_finding
 from hippobot.workspace import MEMORY_FILES
@@ -43,10 +44,10 @@ __all__ = [
 
 # The memory files by the names a model writes: as listed, or by their bare file name.
 _FILES = {**{name: name for name in MEMORY_FILES}, **{name.rsplit("/", 1)[-1]: name for name in MEMORY_FILES}}
-_EDIT = re.compile(
+_EDIT = lazy_compile(
     r"^[ \t]*EDIT[ \t]+`?([\w./-]+)`?[ \t]*\n<<<[ \t]*\n(.*?)^===[ \t]*\n(.*?)^>>>[ \t]*$", re.M | re.S
 )
-_APPEND = re.compile(r"^[ \t]*APPEND[ \t]+`?([\w./-]+)`?[ \t]*\n((?:[ \t]*[-*][ \t]+.*(?:\n|$))+)", re.M)
+_APPEND = lazy_compile(r"^[ \t]*APPEND[ \t]+`?([\w./-]+)`?[ \t]*\n((?:[ \t]*[-*][ \t]+.*(?:\n|$))+)", re.M)
 
 
 @dataclass(frozen=True, slots=True)

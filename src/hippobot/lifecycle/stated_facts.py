@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
 from hippobot.memory.remember import asked_to_keep
@@ -31,14 +32,14 @@ MAX_MESSAGE_CHARS = 1500  # longer user messages are documents, not statements
 MAX_SENTENCE_CHARS = 300
 
 # Words that open a sentence without changing what it states.
-_OPENER = re.compile(
+_OPENER = lazy_compile(
     r"^(?:(?:hi|hello|hey|oh|well|so|also|and|but|btw|by the way|actually|ok|okay|yes|"
     r"correction|update|fyi|just so you know|for the record)\b[\s,!:.\-–]*)+",
     re.I,
 )
-_TOPIC = re.compile(r"^[^:.!?]{1,40}:\s+(?=(?:i|i'm|i’m|my|we|our)\b)", re.I)  # "About the garden: I ..."
+_TOPIC = lazy_compile(r"^[^:.!?]{1,40}:\s+(?=(?:i|i'm|i’m|my|we|our)\b)", re.I)  # "About the garden: I ..."
 _I_AM = r"i(?:'m|’m|\s+am)"
-_SMALL_TALK = re.compile(
+_SMALL_TALK = lazy_compile(
     _I_AM + r"\s+(?:fine|good|great|ok|okay|sorry|sure|not sure|glad|wondering|trying|curious|"
     r"confused|thinking|done|back|here|just|asking|kidding|joking|afraid|looking|going to ask)\b"
     r"|i\s+(?:think|guess|mean|see|wonder|hope|want|need|would like|'d like|have a question|"
@@ -46,7 +47,7 @@ _SMALL_TALK = re.compile(
     r"love (?:it|that|this|them)|hate (?:it|that|this))\b",
     re.I,
 )
-_STATEMENT = re.compile(
+_STATEMENT = lazy_compile(
     _I_AM + r"\s+\S"
     r"|i(?:'ve|’ve)\s+\S"
     r"|i\s+(?:live|lived|work|worked|moved|have|had|own|owned|study|studied|teach|use|used|prefer|"
@@ -58,12 +59,12 @@ _STATEMENT = re.compile(
     r"|we\s+(?:decided|agreed|chose|picked|switched|moved|will use|are using|use|settled)\b",
     re.I,
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
-_NAME_ONLY = re.compile(r"^(?i:i(?:'m|’m|\s+am))\s+([A-Z][\w'-]+)$")  # "I'm Maya"
+_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s+")
+_LIST_MARK = lazy_compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_NAME_ONLY = lazy_compile(r"^(?i:i(?:'m|’m|\s+am))\s+([A-Z][\w'-]+)$")  # "I'm Maya"
 
 _SUBJECTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.I), replacement)
+    (lazy_compile(pattern, re.I), replacement)
     for pattern, replacement in (
         (r"^" + _I_AM + r"\s+", "User is "),
         (r"^i(?:'ve|’ve|\s+have)\s+", "User has "),
@@ -78,7 +79,7 @@ _SUBJECTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _PRONOUNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.I), replacement)
+    (lazy_compile(pattern, re.I), replacement)
     for pattern, replacement in (
         (r"\b" + _I_AM + r"\b", "they are"),
         (r"\bmyself\b", "themselves"),

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import parse_fact_line, says_nothing
 from hippobot.messages import Message, public_text
 
@@ -27,8 +28,8 @@ __all__ = [
 RAW_MAX_CHARS = 16_000
 SUMMARY_MAX_CHARS = 8_000
 KINDS = ("permanent", "durable", "ephemeral", "correction")
-_NOTHING = re.compile(r"^\W*(\(nothing\)|nothing|none|\[skip\].*)\W*$", re.I)
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_NOTHING = lazy_compile(r"^\W*(\(nothing\)|nothing|none|\[skip\].*)\W*$", re.I)
+_THINK = lazy_compile(r"<think>.*?</think>", re.S | re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,7 @@ def summary_from_tool_call(arguments: str) -> ParsedSummary:
     return ParsedSummary(tuple(dict.fromkeys(lines)), nothing=not lines and unsaid > 0)
 
 
-_CURSOR_REF = re.compile(r"^\s*(?:history)?#?(\d+)\s*(?::\s*(.*?))?\s*$", re.I)
+_CURSOR_REF = lazy_compile(r"^\s*(?:history)?#?(\d+)\s*(?::\s*(.*?))?\s*$", re.I)
 
 
 def _reference(replaces: object, text: str, kind: str) -> str:

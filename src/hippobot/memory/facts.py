@@ -32,6 +32,7 @@ from hippobot.factmatch import (
     stem,
     words,
 )
+from hippobot.lazy_regex import lazy_compile
 
 __all__ = [
     "DURABLE_KINDS",
@@ -52,20 +53,20 @@ __all__ = [
 
 DURABLE_KINDS = frozenset({"permanent", "durable", "correction"})
 
-_LINE = re.compile(
+_LINE = lazy_compile(
     r"^\s*(?:[-*•]\s*)?\[(permanent|durable|ephemeral|correction)\]\s*[:\-–]?\s*(.+?)\s*$", re.I
 )
-_NOT_TAIL = re.compile(
+_NOT_TAIL = lazy_compile(
     r"(?:,|;|\(|—|–|-)?\s*\b(?:not|no longer|instead of|rather than|formerly|previously|"
     r"replacing|replaces)\b\s*(.+?)\)?\s*\.?\s*$",
     re.I,
 )
 # "switched from PostgreSQL to SQLite", "moved to Osaka from Tokyo"
 _CHANGE = r"\b(?:switched|moved|changed|migrated|converted|upgraded|went|changing|switching|moving)"
-_FROM_TO = re.compile(_CHANGE + r"(?P<cut>\s+from\s+(?P<old>[^,.;]+?))\s+(?=to\b)", re.I)
-_TO_FROM = re.compile(_CHANGE + r"\s+to\s+[^,.;]+?(?P<cut>\s+from\s+(?P<old>[^,.;]+))", re.I)
+_FROM_TO = lazy_compile(_CHANGE + r"(?P<cut>\s+from\s+(?P<old>[^,.;]+?))\s+(?=to\b)", re.I)
+_TO_FROM = lazy_compile(_CHANGE + r"\s+to\s+[^,.;]+?(?P<cut>\s+from\s+(?P<old>[^,.;]+))", re.I)
 # "(replaces: User lives in Tokyo)", "(replaces #12: ...)", "(replaces #12)" at the end
-_REF = re.compile(r"\s*\((?:replaces|corrects)(?:\s+#(\d+))?\s*(?::\s*(.*?))?\s*\)\s*\.?\s*$", re.I)
+_REF = lazy_compile(r"\s*\((?:replaces|corrects)(?:\s+#(\d+))?\s*(?::\s*(.*?))?\s*\)\s*\.?\s*$", re.I)
 
 
 # "The user's name was not mentioned", "No location was provided in the conversation",
@@ -78,7 +79,7 @@ _UNSAID = (
     r"(?:mention(?:ed)?|provided?|specified|stated|given|shared|disclosed|discussed|said|say|"
     r"revealed|told|indicated|known|available|clear|confirmed)"
 )
-_ABSENCE = re.compile(
+_ABSENCE = lazy_compile(
     r"(?:\b(?:not|never|n't)\s+(?:been\s+|yet\s+|explicitly\s+|directly\s+|specifically\s+|clearly\s+)*"
     + _UNSAID
     + r"(?:\s+(?:their|his|her|its|the|a|an|any)(?:\s+[\w'-]+){1,2})?"
@@ -87,7 +88,7 @@ _ABSENCE = re.compile(
     r"(?:\s+(?:yet|so far|explicitly))?\W*$",
     re.I,
 )
-_NO_VALUE = re.compile(r"^(?:no|none of)\b.*\b(?:was|were|is|are|has been|have been)\s+" + _UNSAID + r"\b", re.I)
+_NO_VALUE = lazy_compile(r"^(?:no|none of)\b.*\b(?:was|were|is|are|has been|have been)\s+" + _UNSAID + r"\b", re.I)
 
 
 def says_nothing(text: str) -> bool:

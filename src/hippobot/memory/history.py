@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.messages import scrubbed
 
 __all__ = [
@@ -189,10 +190,10 @@ def parse_chunk(data: bytes) -> ParsedChunk:
 
 # --- reasoning leaks ------------------------------------------------------------------
 
-_THINK_TAG = re.compile(r"<(/?)(?:think|thinking)>", re.IGNORECASE)
+_THINK_TAG = lazy_compile(r"<(/?)(?:think|thinking)>", re.IGNORECASE)
 # Chat-template control tokens (``<|im_start|>assistant``, ``<|im_end|>``, ``<|eot_id|>``)
 # that some servers leak into the text; the role word after a start token goes with it.
-_TEMPLATE_TOKEN = re.compile(
+_TEMPLATE_TOKEN = lazy_compile(
     r"<\|(?:im_start|start_header_id)\|>(?:\w+(?:<\|end_header_id\|>)?)?|<\|[A-Za-z0-9_]+\|>"
 )
 
@@ -232,10 +233,10 @@ def strip_think(text: str) -> str:
 
 # --- legacy HISTORY.md ----------------------------------------------------------------
 
-_ENTRY_START = re.compile(r"^\[\d{4}-\d{2}-\d{2}")
-_LEADING_TS = re.compile(r"^\[(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?\]\s?")
+_ENTRY_START = lazy_compile(r"^\[\d{4}-\d{2}-\d{2}")
+_LEADING_TS = lazy_compile(r"^\[(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?\]\s?")
 # A message line inside a ``[RAW]`` dump: ``[2026-01-01T09:58] USER [tools: a]: text``.
-_RAW_MESSAGE_LINE = re.compile(
+_RAW_MESSAGE_LINE = lazy_compile(
     r"^\[(?:\d{4}-\d{2}-\d{2}[^\]]*|\?)\]\s+[A-Z][A-Z_]*(?:\s+\[tools:[^\]]*\])?:"
 )
 

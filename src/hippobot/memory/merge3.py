@@ -12,15 +12,16 @@ Used to undo one memory version while keeping every later edit. Invariants:
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import AnyStr
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["merge3", "merge_lines"]
 
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
-_LINE_B = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+_LINE = lazy_compile(r"[^\n]*\n|[^\n]+\Z")
+_LINE_B = lazy_compile(rb"[^\n]*\n|[^\n]+\Z")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["MAX_WORDS_CHARS", "asked_to_keep", "remember_entry", "remember_request"]
 
 MAX_WORDS_CHARS = 600  # what is kept of a long message: the request and what follows it
@@ -51,14 +53,14 @@ _TRIGGERS = [
     r"onthoud\s+(?:dat|dit|goed)", r"vergeet\s+niet", r"запомни", r"не\s+забудь",
 ]
 _LEADS = r"(?:(?:please|pls|also|and|oh|ok|okay|btw|by\s+the\s+way|hey|hi|s'il\s+te\s+pla[iî]t|bitte|por\s+favor|per\s+favore)[\s,!:]+)*"
-_REQUEST = re.compile(
+_REQUEST = lazy_compile(
     rf"(?:^|(?<=[.!?;\n…])\s*|(?<=[,:]\s))\s*{_LEADS}(?:{'|'.join(_TRIGGERS)})",
     re.IGNORECASE,
 )
 # Chinese, Japanese and Korean write no spaces: the phrase anywhere will do.
-_CJK = re.compile(r"(?:请|請)?(?:记住|記住|别忘了|別忘了|不要忘记|不要忘記|记下来|記下來|覚えておいて|忘れないで|기억해)")
+_CJK = lazy_compile(r"(?:请|請)?(?:记住|記住|别忘了|別忘了|不要忘记|不要忘記|记下来|記下來|覚えておいて|忘れないで|기억해)")
 # Questions and memories, not requests.
-_NOT_A_REQUEST = re.compile(
+_NOT_A_REQUEST = lazy_compile(
     r"^\s*(?:do|did|don't|dont|can't|cant)\s+you\s+remember|^\s*remember\s+(?:when|how|what|who|where|the\s+time)\b",
     re.IGNORECASE,
 )
@@ -86,8 +88,8 @@ def remember_request(text: str) -> str | None:
     return words if len(words) <= MAX_WORDS_CHARS else words[: MAX_WORDS_CHARS - 1].rstrip() + "…"
 
 
-_SENTENCE_REQUEST = re.compile(rf"\s*{_LEADS}(?:{'|'.join(_TRIGGERS)})", re.IGNORECASE)
-_THAT = re.compile(r"^(?:that|this|it)?\s*[:,\-–]?\s*(?:that\s+)?", re.IGNORECASE)
+_SENTENCE_REQUEST = lazy_compile(rf"\s*{_LEADS}(?:{'|'.join(_TRIGGERS)})", re.IGNORECASE)
+_THAT = lazy_compile(r"^(?:that|this|it)?\s*[:,\-–]?\s*(?:that\s+)?", re.IGNORECASE)
 
 
 def asked_to_keep(sentence: str) -> str | None:

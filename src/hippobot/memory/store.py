@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ from pathlib import Path
 
 from hippobot.atomic import atomic_write_bytes, atomic_write_text
 from hippobot.errors import StorageError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.locks import LockTimeout, locked
 from hippobot.memory.history import (
     MAX_CURSOR,
@@ -77,7 +77,7 @@ TRUNCATION_SUFFIX = "\n... (truncated)"
 DEFAULT_KEEP_ENTRIES = 1000
 LOCK_TIMEOUT_S = 60.0
 
-_DECIMAL = re.compile(r"\d{1,19}")  # longer (or >= 2**63, see MAX_CURSOR) is garbage
+_DECIMAL = lazy_compile(r"\d{1,19}")  # longer (or >= 2**63, see MAX_CURSOR) is garbage
 _REDACT_MARGIN = 4096
 
 

@@ -26,6 +26,7 @@ from hippobot.errors import (
     ServerError,
     StreamInterruptedError,
 )
+from hippobot.lazy_regex import lazy_compile
 from hippobot.redact import redact_secrets
 
 __all__ = [
@@ -50,7 +51,7 @@ _CONTEXT_CODES = frozenset(
     }
 )
 # Last resort for servers (vLLM, llama.cpp, Anthropic) that only say it in prose.
-_CONTEXT_PROSE = re.compile(
+_CONTEXT_PROSE = lazy_compile(
     r"context (length|window)|maximum context|prompt is too long|too many (input )?tokens"
     r"|exceeds? the (available )?context",
     re.IGNORECASE,

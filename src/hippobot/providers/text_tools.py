@@ -42,12 +42,12 @@ of calls):
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.providers.base import (
     ChatRequest,
     Finish,
@@ -78,23 +78,23 @@ _TRIGGERS = (
     "**{", "*{", "`{",
 )
 # Markdown marks around a written call: "**{name: ..., arguments: {...}}**".
-_WRAP = re.compile(r"(\*\*|\*|`)(?=\{)")
+_WRAP = lazy_compile(r"(\*\*|\*|`)(?=\{)")
 # Empty tool markup and nothing else: a chat-template artefact (Qwen2.5 behind llama.cpp
 # answered "<tools>\n\n</tools>"), never something to show the user.
-_EMPTY_MARKUP = re.compile(r"\A\s*(?:<(tools|tool_call|tool_response)>\s*</\1>\s*)+\Z")
+_EMPTY_MARKUP = lazy_compile(r"\A\s*(?:<(tools|tool_call|tool_response)>\s*</\1>\s*)+\Z")
 _MAX_PROSE_BEFORE = 400  # "Let me look that up." is fine; an essay around an example is not
 _MAX_PROSE_AFTER = 200
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
 _ARG_KEYS = ("arguments", "parameters", "args", "input", "tool_input", "tool_args")
 _EXTRA_KEYS = frozenset({"type", "id", "call_id"})
-_FENCE = re.compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
-_FUNCTION_TAG = re.compile(r"<function=([\w.-]+)>")
-_CALL_TAG = re.compile(r"<(tool_call|tools)>")
+_FENCE = lazy_compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
+_FUNCTION_TAG = lazy_compile(r"<function=([\w.-]+)>")
+_CALL_TAG = lazy_compile(r"<(tool_call|tools)>")
 # A name a model could mean as a tool it was not offered ("memory", "search_memory"): such a
 # call is still taken when its shape says "call" (a name and an explicit arguments key), so
 # the registry answers "unknown tool, available: …" to the model instead of the raw block
 # reaching the user.
-_TOOLISH_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
+_TOOLISH_NAME = lazy_compile(r"[A-Za-z_][\w.-]{0,63}")
 
 
 def offered_tools(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
@@ -320,7 +320,7 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
     return _decode_bare_words(text, pos)
 
 
-_BARE_WORD = re.compile(r"[A-Za-z_][\w.-]*")
+_BARE_WORD = lazy_compile(r"[A-Za-z_][\w.-]*")
 
 
 def _decode_bare_words(text: str, pos: int) -> tuple[Any, int] | None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hippobot.context import tokens
 from hippobot.context.runtime import quote_untrusted
+from hippobot.lazy_regex import lazy_compile
 
 from .query import parse_ts
 from .relative_dates import annotate_relative_dates
@@ -72,7 +72,7 @@ _SNIPPET_CHARS = 280  # about 70 tokens: a message whole, a long entry around it
 # table; on a 10,000-message workspace 16 words cost 14 ms of CPU, 8 cost 6.6 ms. LoCoMo's
 # questions rarely have more, and the query vector still reads the whole message.
 _MAX_TERMS = 8
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[？。！])\s*|\n+")
+_SENTENCE_BREAK = lazy_compile(r"(?<=[.!?])\s+|(?<=[？。！])\s*|\n+")
 
 
 def search_text(message: str) -> str:

@@ -17,17 +17,17 @@ What the user wrote into a template file (``- Name: Ada``) is indexed like any f
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import cache
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.workspace import MEMORY_FILES
 
 __all__ = ["is_heading", "line_filter", "memory_line"]
 
 # "- Name:", "* Things to avoid:", "- [ ] Todo:", "-": a slot with nothing filled in.
-_EMPTY_BULLET = re.compile(r"[-*+]\s*(\[[ xX]?\]\s*)?([^:]{0,80}:)?\s*")
-_HEADING = re.compile(r"#{1,6}(\s|$)")
+_EMPTY_BULLET = lazy_compile(r"[-*+]\s*(\[[ xX]?\]\s*)?([^:]{0,80}:)?\s*")
+_HEADING = lazy_compile(r"#{1,6}(\s|$)")
 # Files that come from a bundled template; others only get the generic rules.
 _TEMPLATED = MEMORY_FILES
 

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["NUMBER_WORDS", "Period", "months_before", "named_periods"]
 
 Period = tuple[float, float]  # [start, end) in epoch seconds, local time
@@ -39,17 +41,17 @@ _MONTHS = {
 _MONTH = r"(?P<{0}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<{0}>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<{0}>(?:19|20)\d\d)"
-_DAY_MONTH_YEAR = re.compile(
+_DAY_MONTH_YEAR = lazy_compile(
     rf"\b{_DAY.format('d')}(?:\s+of)?\s+{_MONTH.format('m')},?\s+{_YEAR.format('y')}\b"
 )
-_MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH.format('m')}\s+{_DAY.format('d')},?\s+{_YEAR.format('y')}\b")
-_ISO = re.compile(r"\b(?P<y>(?:19|20)\d\d)-(?P<m>[01]?\d)-(?P<d>[0-3]?\d)\b")
-_MONTH_YEAR = re.compile(rf"\b{_MONTH.format('m')},?\s+(?:of\s+)?{_YEAR.format('y')}\b")
+_MONTH_DAY_YEAR = lazy_compile(rf"\b{_MONTH.format('m')}\s+{_DAY.format('d')},?\s+{_YEAR.format('y')}\b")
+_ISO = lazy_compile(r"\b(?P<y>(?:19|20)\d\d)-(?P<m>[01]?\d)-(?P<d>[0-3]?\d)\b")
+_MONTH_YEAR = lazy_compile(rf"\b{_MONTH.format('m')},?\s+(?:of\s+)?{_YEAR.format('y')}\b")
 # A month alone only after "in"/"during"/"of": "may" and "march" are also common words.
-_MONTH_ALONE = re.compile(rf"\b(?:in|during|of|since)\s+(?:early\s+|late\s+|mid-?)?{_MONTH.format('m')}\b")
-_YEAR_ALONE = re.compile(rf"(?<![\d-]){_YEAR.format('y')}(?![\d-])")
-_AGO = re.compile(r"\b(?P<n>\d+|a|an|one|two|three|four|five|six)\s+(?P<unit>day|week|month|year)s?\s+ago\b")
-_RELATIVE = re.compile(r"\b(?P<which>today|yesterday|(?:last|this|past)\s+(?:week|month|year))\b")
+_MONTH_ALONE = lazy_compile(rf"\b(?:in|during|of|since)\s+(?:early\s+|late\s+|mid-?)?{_MONTH.format('m')}\b")
+_YEAR_ALONE = lazy_compile(rf"(?<![\d-]){_YEAR.format('y')}(?![\d-])")
+_AGO = lazy_compile(r"\b(?P<n>\d+|a|an|one|two|three|four|five|six)\s+(?P<unit>day|week|month|year)s?\s+ago\b")
+_RELATIVE = lazy_compile(r"\b(?P<which>today|yesterday|(?:last|this|past)\s+(?:week|month|year))\b")
 # Counts written as words, for "two weeks ago" here and in recall.relative_dates.
 NUMBER_WORDS = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from hippobot.errors import UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import fact_text
 from hippobot.safeio import read_text
 
@@ -439,9 +440,9 @@ class Citation:
     path: str | None = None
 
 
-_HISTORY_CITE = re.compile(r"history\s*#\s*(\d+)")
-_SESSION_CITE = re.compile(r"session\s+(\S.*?)\s*#\s*(\d+)")
-_FILE_CITE = re.compile(r"(\S.*?):(\d+)")
+_HISTORY_CITE = lazy_compile(r"history\s*#\s*(\d+)")
+_SESSION_CITE = lazy_compile(r"session\s+(\S.*?)\s*#\s*(\d+)")
+_FILE_CITE = lazy_compile(r"(\S.*?):(\d+)")
 
 
 def parse_citation(text: str) -> Citation | None:

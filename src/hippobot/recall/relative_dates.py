@@ -21,13 +21,15 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 
+from hippobot.lazy_regex import lazy_compile
+
 from .periods import NUMBER_WORDS, months_before
 
 __all__ = ["annotate_relative_dates", "relative_dates"]
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _UNITS = r"(?:day|week|month|year)s?"
-_PHRASE = re.compile(
+_PHRASE = lazy_compile(
     r"\b(?:"
     r"(?P<day>today|tonight|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night|tomorrow)"
     rf"|(?P<n>\d{{1,2}}|a\s+few|a\s+couple\s+of|{'|'.join(NUMBER_WORDS)})"
@@ -38,7 +40,7 @@ _PHRASE = re.compile(
     re.IGNORECASE,
 )
 # A phrase the speaker dated already ("yesterday, 3 May", "last week (May 8)") needs no help.
-_DATED_AFTER = re.compile(
+_DATED_AFTER = lazy_compile(
     r"\s*[,(]?\s*(?:on\s+)?(?:\d{1,4}[-/ ]|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d)",
     re.IGNORECASE,
 )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.history import parse_line
 from hippobot.messages import public_text
 from hippobot.safeio import open_fd
@@ -79,7 +79,7 @@ _CHUNK_MAX_CHARS = 1_200
 _ROOT_MARKDOWN = (SOUL_MD, USER_MD)  # the memory files outside memory/
 # "Caroline: ..." / "Dr. Ana Lima: ...": one to three capitalised words and a colon at the
 # start of a message, the way transcripts, imported chats and group bridges write who spoke.
-_SPEAKER = re.compile(r"((?:[^\W\d_][\w'.-]*)(?: [^\W\d_][\w'.-]*){0,2}):\s+\S")
+_SPEAKER = lazy_compile(r"((?:[^\W\d_][\w'.-]*)(?: [^\W\d_][\w'.-]*){0,2}):\s+\S")
 RECALL_TOOLS = frozenset({"memory_search", "memory_get"})
 RACY_NS = 2_000_000_000  # an mtime this recent may hide a change made in the same tick
 HEAD = 4096  # bytes hashed at the start of a file to detect a rewrite

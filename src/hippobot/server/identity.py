@@ -16,7 +16,6 @@ any request with ``X-Hippobot-Stateless: true``) belong to no session at all.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hippobot.errors import UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.session.keys import validate_key
 
 __all__ = [
@@ -110,7 +110,7 @@ class Attempt:
 
 # --- request ids ----------------------------------------------------------------------------
 
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_REQUEST_ID = lazy_compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class RequestId:

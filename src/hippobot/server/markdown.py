@@ -20,10 +20,12 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from hippobot.lazy_regex import lazy_compile
+
 __all__ = ["render_markdown"]
 
-_SAFE_LINK = re.compile(r"^(https?:|mailto:|#)", re.IGNORECASE)
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_SAFE_LINK = lazy_compile(r"^(https?:|mailto:|#)", re.IGNORECASE)
+_FRONT_MATTER = lazy_compile(r"\A---[ \t]*\n(.*?\n)(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
 _HEADING_SHIFT = 3  # the page uses h1-h3 itself
 
 

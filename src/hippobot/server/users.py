@@ -30,12 +30,12 @@ import asyncio
 import dataclasses
 import hmac
 import logging
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hippobot.errors import UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.server.wire import ApiError
 from hippobot.workspace import Home
 
@@ -51,7 +51,7 @@ __all__ = ["OWNER", "UNAUTHORIZED", "Users", "bearer_token", "request_agent"]
 log = logging.getLogger(__name__)
 
 OWNER = ""  # the scope name of the server's own workspace
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+_NAME = lazy_compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 
 
 def bearer_token(authorization: str | None) -> str | None:

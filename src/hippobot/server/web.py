@@ -28,7 +28,6 @@ import asyncio
 import base64
 import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.safeio import read_text
 from hippobot.server.markdown import render_markdown
 
@@ -182,7 +182,7 @@ def _versions(api: Api) -> _Section:
 
 # --- search -----------------------------------------------------------------------------
 
-_HEADING = re.compile(r"#{1,6}\s+(.+?)\s*#*\s*$")
+_HEADING = lazy_compile(r"#{1,6}\s+(.+?)\s*#*\s*$")
 
 
 def _search_form(query: str) -> str:

@@ -30,6 +30,7 @@ import re
 from pathlib import PurePath, PurePosixPath
 
 from hippobot.errors import UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.workspace import SESSION_SUFFIX, SESSIONS_DIR
 
 __all__ = [
@@ -53,7 +54,7 @@ _WINDOWS_DEVICES = frozenset(
     + [f"COM{i}" for i in range(1, 10)]
     + [f"LPT{i}" for i in range(1, 10)]
 )
-_TOKEN = re.compile(r"%[0-9A-F]{2}|[^%]", re.DOTALL)
+_TOKEN = lazy_compile(r"%[0-9A-F]{2}|[^%]", re.DOTALL)
 
 
 def _needs_escape(ch: str) -> bool:

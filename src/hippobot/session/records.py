@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hippobot.errors import UserError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.messages import Message, public_text, scrubbed
 from hippobot.session.model import (
     ArchivedSummary,
@@ -57,7 +58,7 @@ FORMAT_VERSION = 1
 PREVIEW_CHARS = 120
 # A JSON escape of a surrogate ("\ud800"); paired ones decode to one character, lone ones
 # stay surrogates, which no endpoint accepts: :func:`decode` replaces those with U+FFFD.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = lazy_compile(rb"\\u[dD][89a-fA-F]")
 
 
 def encode(record: dict[str, Any]) -> bytes:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 
+from hippobot.lazy_regex import lazy_compile
 from hippobot.messages import content_text
 from hippobot.testing.scripted import FallbackReply, RecordedRequest
 from hippobot.workspace import USER_MD
 
 ARCHIVE_PREFIX = "[Memory archive request"
 TRANSCRIPT_PREFIX = "You archive part of a conversation"
-_MESSAGE = re.compile(r"(?m)^\[[^\]\n]*\] ([A-Z]+): ")
-_FACT = re.compile(r"(FACT|CORRECTION|NOTE): ([^\n\[]+)")
+_MESSAGE = lazy_compile(r"(?m)^\[[^\]\n]*\] ([A-Z]+): ")
+_FACT = lazy_compile(r"(FACT|CORRECTION|NOTE): ([^\n\[]+)")
 
 
 def _facts(texts: list[str]) -> list[str]:

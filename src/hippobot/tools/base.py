@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from hippobot.errors import ToolError
+from hippobot.lazy_regex import lazy_compile
 from hippobot.tools.arguments import ToolArguments
 
 __all__ = [
@@ -247,7 +248,7 @@ def _as_result(value: Any) -> ToolResult:
 
 # --- docstrings -------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s")
 
 
 def first_sentence(text: str) -> str:
@@ -255,8 +256,8 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
 
 
-_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?):\s*$")
-_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SECTION = lazy_compile(r"^(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?):\s*$")
+_ARG_LINE = lazy_compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
