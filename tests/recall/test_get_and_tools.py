@@ -117,6 +117,13 @@ def test_a_citation_copied_with_the_match_marks_still_expands(
     assert index.get(marked, around=0) == index.get(hit.citation, around=0)
 
 
+def test_a_citation_copied_with_its_date_still_expands(two_chats: Workspace, index: RecallIndex) -> None:
+    # Recalled memory shows "history#5, Wed 2 December 2026 22:20"; a small model passes it whole.
+    for hit in index.search("kyoto", k=5):
+        dated = f"{hit.citation}, Wed 2 December 2026 22:20"
+        assert index.get(dated, around=0) == index.get(hit.citation, around=0)
+
+
 def test_hits_to_json_is_serialisable(two_chats: Workspace, index: RecallIndex) -> None:
     data = hits_to_json(index.search("kyoto"))
 

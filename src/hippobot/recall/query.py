@@ -447,8 +447,19 @@ _FILE_CITE = lazy_compile(r"(\S.*?):(\d+)")
 
 def parse_citation(text: str) -> Citation | None:
     """Parse a citation as printed by search; ``None`` if it is not one. A citation copied
-    with search's match marks in it (``«session» cli:direct#4``) is the citation."""
+    with search's match marks in it (``«session» cli:direct#4``) is the citation, and so is
+    one copied with the date shown after it (``history#5, Wed 2 December 2026 22:20``)."""
     s = text.replace("«", "").replace("»", "").strip().strip("[]()`'\"").strip()
+    if "," in s:
+        # the part before the comma first: "MEMORY.md:3, Wed 2 December 2026 22:20" would
+        # otherwise read as line 20 of a file named "MEMORY.md:3, Wed 2 December 2026 22"
+        head = _parse_bare_citation(s.partition(",")[0].strip().strip("[]()`'\"").strip())
+        if head is not None:
+            return head
+    return _parse_bare_citation(s)
+
+
+def _parse_bare_citation(s: str) -> Citation | None:
     if m := _HISTORY_CITE.fullmatch(s):
         return Citation("history", int(m.group(1)))
     if m := _SESSION_CITE.fullmatch(s):
