@@ -58,6 +58,25 @@ def test_a_line_that_says_more_than_the_old_value_is_never_replaced_or_removed()
     assert "- Lives in Tokyo with my partner Sam" in out["USER.md"]
 
 
+def test_recalled_lines_copied_into_a_file_are_replaced_by_the_correction() -> None:
+    # A small model pasted recalled memory into MEMORY.md in chat; the correction must still
+    # take the old value's place, or the batch holds itself on the stale line for ever.
+    files = {"memory/MEMORY.md": (
+        "- [session cli:session-3#8, Tue 1 December 2026 10:16] user: By the way, I live in Tokyo.\n"
+        "- [session cli:session-3#9, Tue 1 December 2026 10:16] assistant: Yes, you live in Tokyo.\n"
+        "- [history#4, Tue 1 December 2026 10:20] Has a cat named Luna\n"
+    )}
+    out = apply(files, "[MEMORY] User lives in Osaka now, not in Tokyo")["memory/MEMORY.md"]
+    assert "Tokyo" not in out
+    assert out.splitlines() == ["- User lives in Osaka now", "- [history#4, Tue 1 December 2026 10:20] Has a cat named Luna"]
+
+
+def test_a_copied_recalled_line_that_says_more_is_still_kept() -> None:
+    files = {"memory/MEMORY.md": "- [session cli:s#8, Tue 1 December 2026 10:16] user: I live in Tokyo with Sam.\n"}
+    out = apply(files, "[MEMORY] User lives in Osaka now, not in Tokyo")["memory/MEMORY.md"]
+    assert "Tokyo with Sam" in out
+
+
 def test_a_removal_takes_one_clear_line_only() -> None:
     files = {"USER.md": "# User\n\n## Old\n- Uses Vim 8\n\n## Now\n- Uses Vim 9\n- Uses Emacs 29\n"}
     assert apply(files, '[FILE-REMOVE] USER.md > Old: "Uses Vim 8"')["USER.md"] == (

@@ -40,6 +40,7 @@ from hippobot.factmatch import (
 )
 from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.dream_findings import Finding
+from hippobot.recall.auto import recalled_text
 from hippobot.workspace import MEMORY_MD
 
 __all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
@@ -165,8 +166,10 @@ def _as_line(text: str, like: str = "- ") -> str:
 
 def _loses_nothing(line: str, allowed: str) -> bool:
     """Whether taking ``line`` out loses nothing beyond ``allowed``: no name or number it
-    does not hold, at most two other words ("- Lives in central Tokyo" for "Tokyo")."""
-    line_salient, line_other = keywords(line)
+    does not hold, at most two other words ("- Lives in central Tokyo" for "Tokyo"). A line
+    copied from recalled memory is judged on what it says, not on where and when it was said
+    (its citation, date and speaker)."""
+    line_salient, line_other = keywords(recalled_text(line))
     said = {stem(w) for group in keywords("x " + allowed) for w in group}
     extra_salient = {stem(w) for w in line_salient} - said
     extra_other = {stem(w) for w in line_other} - said

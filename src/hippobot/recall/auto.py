@@ -43,7 +43,7 @@ from hippobot.context import tokens
 from hippobot.context.runtime import quote_untrusted
 from hippobot.lazy_regex import lazy_compile
 
-from .query import parse_ts
+from .query import parse_citation, parse_ts
 from .relative_dates import annotate_relative_dates
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ __all__ = [
     "Recalled",
     "Recollection",
     "Shown",
+    "recalled_text",
     "search_text",
 ]
 
@@ -159,6 +160,22 @@ def format_recalled(hit: Hit) -> str:
     where = ", ".join(p for p in (hit.citation, when) if p)
     text = quote_untrusted(annotate_relative_dates(hit.snippet, said) if said else hit.snippet)
     return f"- [{where}] {hit.role}: {text}" if hit.role else f"- [{where}] {text}"
+
+
+_RECALLED_PREFIX = lazy_compile(
+    r"^\s*(?:[-*+]\s+)?\[(?P<cite>[^\],]+)(?:,[^\]]*)?\]\s*(?:(?:user|assistant|system|tool)\s*:\s*)?"
+)
+
+
+def recalled_text(line: str) -> str:
+    """What a line written as :func:`format_recalled` writes it says, without its citation,
+    date and speaker: a model that copies recalled memory into a file copies those too
+    ("- [session cli:s#8, Tue 1 December 2026 10:16] user: I live in Tokyo."), and they
+    are where and when it was said, not part of what was said. Other lines as they are."""
+    m = _RECALLED_PREFIX.match(line)
+    if m is None or parse_citation(m.group("cite")) is None:
+        return line
+    return line[m.end():]
 
 
 def _session_number(hit: Hit) -> int | None:
