@@ -273,6 +273,35 @@ async def test_an_empty_reply_is_asked_once_more_and_never_shown_as_nothing(make
     assert len(scripted_model.requests) == 4  # asked once more, not in a loop
 
 
+async def test_a_reply_that_repeats_a_tools_error_is_asked_once_more(make_agent, scripted_model):
+    # Qwen2.5-Coder-1.5B called memory_get with a whole recalled line as the citation, then
+    # answered with the error it got back; the user saw "Error: not a citation: ...".
+    agent = make_agent()
+    answers: list[str | None] = [None, "Your cat is called Luna."]  # None: copy the tool result
+
+    def answer(request):
+        said = answers.pop(0)
+        return request.raw["messages"][-1]["content"] if said is None else said
+
+    scripted_model.fallback = answer
+    scripted_model.reply_tool_call("memory_get", {"citation": "my cat Luna"})
+    events: list = []
+    result = await agent.turn("cli:direct", "What is my cat called?", on_event=events.append)
+    assert result.reply == "Your cat is called Luna."
+    assert len(scripted_model.requests) == 3
+    assert scripted_model.requests[1].raw["messages"] == scripted_model.requests[2].raw["messages"]
+    assert any("repeated a tool's error" in getattr(e, "text", "") for e in events)
+    replies = [m["content"] for m in messages_of(agent) if m["role"] == "assistant" and m.get("content")]
+    assert replies == ["Your cat is called Luna."]  # the copied error is not kept as a reply
+
+    # asked once, not in a loop: a second copy is what the user gets
+    answers[:] = [None, None]
+    scripted_model.reply_tool_call("memory_get", {"citation": "my dog"})
+    again = await agent.turn("cli:direct", "And my dog?")
+    assert again.reply.startswith("Error: not a citation")
+    assert len(scripted_model.requests) == 6
+
+
 async def test_an_empty_reply_after_tool_steps_is_asked_once_more(make_agent, scripted_model):
     # Seen with Qwen2.5-Coder-1.5B asked for a locker code: it read a file, then said nothing.
     agent = make_agent()

@@ -63,6 +63,14 @@ def truncate_tool_result(text: str, limit: int) -> tuple[str, int | None]:
     return text[:head] + marker + text[-tail:], len(text)
 
 
+def _repeats(reply: str, tool_text: str) -> bool:
+    """Whether ``reply`` is ``tool_text`` copied (whole, or its opening 120 characters)."""
+    said, got = " ".join(reply.split()), " ".join(tool_text.split())
+    if len(said) < 20 or len(got) < 20:
+        return False
+    return said.startswith(got[:120]) or got.startswith(said)
+
+
 def _call_summary(name: str, arguments: str, limit: int = 80) -> str:
     try:
         args = json.loads(arguments or "{}")
@@ -103,8 +111,9 @@ class Runner:
     temperature: float | None = None
     max_tool_result_chars: int = 16_000
     stop: tuple[str, ...] = ()
-    # An empty reply is asked for once more (a chat needs an answer; Dream's edit phase,
-    # where "nothing to say" after the edits is an answer, turns it off).
+    # An empty reply, or one that only repeats a tool's error, is asked for once more (a
+    # chat needs an answer; Dream's edit phase, where "nothing to say" after the edits is an
+    # answer, turns it off).
     ask_again_if_empty: bool = True
     # The prompt's size in tokens, for the progress a front end shows (None: not counted).
     prompt_size: Callable[[ChatRequest], int] | None = None
@@ -125,6 +134,7 @@ class Runner:
         schemas = self.tools.schemas() if self.tools is not None else []
         result = RunResult(reply="", iterations=0)
         asked_again = False
+        last_error: str | None = None  # the latest tool result, when it was an error
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             request = ChatRequest(
@@ -145,13 +155,21 @@ class Runner:
             if not response.tool_calls:
                 result.finish_reason = response.finish_reason
                 reply = response.text
-                if not reply.strip() and self.ask_again_if_empty and not asked_again and iteration < self.max_iterations:
+                parroted = last_error is not None and _repeats(reply, last_error)
+                if (
+                    (parroted or not reply.strip())
+                    and self.ask_again_if_empty
+                    and not asked_again
+                    and iteration < self.max_iterations
+                ):
                     # A small local model sometimes ends its turn at once (5 of 100 LoCoMo
                     # questions with Qwen2.5-Coder-1.5B), or after its tool steps (asked for a
-                    # locker code it had read): the same request, asked once more, shares the
-                    # prompt the server has just cached, so it costs a reply's time.
+                    # locker code it had read), or answers with the error its last call got
+                    # ("Error: not a citation: ..."): the same request, asked once more,
+                    # shares the prompt the server has just cached, so it costs a reply's time.
                     asked_again = True
-                    emit(Notice("the model's reply was empty; asking it once more"))
+                    what = "repeated a tool's error" if parroted else "was empty"
+                    emit(Notice(f"the model's reply {what}; asking it once more"))
                     continue
                 if not reply.strip():
                     reply = _EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE
@@ -173,6 +191,8 @@ class Runner:
                 stored_result = await self._run_tool(call, persist, emit)
                 messages.append(wire_message(stored_result))
                 result.messages.append(stored_result)
+                text = stored_result.get("content")
+                last_error = text if isinstance(text, str) and text.startswith("Error:") else None
         note = _ITERATION_NOTE.format(n=self.max_iterations)
         emit(Notice(note, level="warning"))
         stored = await persist({"role": "assistant", "content": note})
