@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -255,3 +256,31 @@ async def test_a_summary_of_many_facts_is_recalled_as_the_fact_asked_about(
     assert len(recalled) == 1
     assert recalled[0].endswith("] User's name is Maya")
     assert "Initech" not in block and "[durable]" not in block
+
+
+async def test_what_the_conversation_replays_is_not_indexed_before_each_answer_but_is_recalled_after_new(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Indexing the last turn's messages before every answer cost ~11 ms and ~60 KiB of index
+    # writes a turn, for messages the request replays anyway (and recall leaves out).
+    agent = make_agent()
+    await _plant(agent, scripted_model)  # another chat: indexed by the first search
+    scripted_model.fallback = _answer_from_recall
+    scripted_model.reply("Hello! How can I help?")
+    await agent.turn("cli:direct", "I own a red bicycle named Comet.")
+    hour_ago = time.time() - 3600  # memory files edited within the clock's tick are hashed again
+    for path in agent.workspace.rglob("*.md"):
+        os.utime(path, (hour_ago, hour_ago))
+    assert (await agent.turn("cli:direct", "What is my cat called?")).reply == "Your cat is called Luna."
+
+    db, wal, _shm = agent.paths.recall_index_files
+    written = [(p.stat().st_size, p.stat().st_mtime_ns) for p in (db, wal) if p.exists()]
+    await agent.turn("cli:direct", "And what is my cat's colour?")
+    assert [(p.stat().st_size, p.stat().st_mtime_ns) for p in (db, wal) if p.exists()] == written
+
+    # /new ends the replay: what this chat said is recalled from the index from now on.
+    await agent.new_session("cli:direct")
+    scripted_model.fallback = lambda request: (
+        "It is called Comet." if "Comet" in _runtime_block(request) else "I don't know."
+    )
+    assert (await agent.turn("cli:direct", "What is my bicycle called?")).reply == "It is called Comet."

@@ -568,7 +568,8 @@ class Agent:
             text[: _RECALL_QUERY_CHARS // 2] + "\n" + text[-_RECALL_QUERY_CHARS // 2 :]
         )  # fmt: skip
         found = await recall.recall(
-            query, session_key=session.key, shown=lambda: self.prompts.shown(session, text)
+            query, session_key=session.key, shown=lambda: self.prompts.shown(session, text),
+            replayed_from=self.prompts.surely_replayed_from(session),
         )
         self._recalled[session.key] = found
         while len(self._recalled) > _REGISTRY_CACHE:

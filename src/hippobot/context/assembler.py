@@ -228,6 +228,20 @@ class PromptAssembler:
             count_tokens=tokens.count_message if max_tokens else None,
         )
 
+    def surely_replayed_from(self, session: Session) -> int:
+        """The first message the next request replays for certain; ``len(messages)`` when
+        the token budget may cut the replay (then none is counted on as replayed). Recall
+        before answering need not index what the request replays (:meth:`RecallIndex.search`)."""
+        total = len(session.messages)
+        if self.budget.enabled and not self.clearly_fits(session):
+            return total
+        start = session.replay_start
+        if self.max_history_messages > 0:
+            start = max(start, total - self.max_history_messages)
+        while start < total and session.messages[start].get("role") != "user":
+            start += 1  # the replay opens at a user message: what comes before is left out
+        return start
+
     def clearly_fits(self, session: Session) -> bool:
         """True when the last request's reported size plus what came since is far below the
         budget: then the replay needs no token cap and nothing has to be counted exactly

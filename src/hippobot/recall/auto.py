@@ -216,11 +216,13 @@ class AutoRecall:
         return self.max_tokens > 0
 
     async def recall(
-        self, query: str, *, session_key: str, shown: Callable[[], Shown]
+        self, query: str, *, session_key: str, shown: Callable[[], Shown], replayed_from: int | None = None
     ) -> Recollection:
         """The hits to add to the message ``query`` of session ``session_key``; never
         raises, never takes much longer than ``timeout_s``. ``shown`` tells what the
-        request shows already (asked only when some hit clears the bar)."""
+        request shows already (asked only when some hit clears the bar); ``replayed_from``
+        is the session's first message the request replays (what the prompt holds need not
+        be indexed before the search: :meth:`RecallIndex.search`)."""
         started = time.monotonic()
         deadline = started + self.timeout_s
         out = Recollection()
@@ -230,7 +232,7 @@ class AutoRecall:
         try:
             # Opening the index and a keyword search share one trip to a worker thread.
             index, hits = await _within(
-                asyncio.to_thread(self._open_and_search, query, session_key), deadline
+                asyncio.to_thread(self._open_and_search, query, session_key, replayed_from), deadline
             )
             out.mode, out.bar = "keyword", self._bar(None)
             if hits is None:  # the index has vectors: the query's first, within half the time
@@ -243,7 +245,7 @@ class AutoRecall:
                 out.mode = "hybrid" if vector is not None else "keyword"
                 out.bar = self._bar(vector)
                 hits = await _within(
-                    asyncio.to_thread(self._search, index, query, session_key, vector), deadline
+                    asyncio.to_thread(self._search, index, query, session_key, vector, replayed_from), deadline
                 )
         except TimeoutError:
             out.mode, out.note = "timeout", f"memory search took longer than {self.timeout_s:g} s"
@@ -261,21 +263,26 @@ class AutoRecall:
             return self.min_score
         return VECTOR_BAR if vector is not None else KEYWORD_BAR
 
-    def _search(self, index: RecallIndex, query: str, session_key: str, vector: Any) -> list[Hit]:
+    def _search(
+        self, index: RecallIndex, query: str, session_key: str, vector: Any, replayed_from: int | None
+    ) -> list[Hit]:
         return index.search(
             query, k=_SEARCH_K, session_key=session_key,
             include_other_sessions=self.include_other_sessions, min_score=self._bar(vector),
             vector=vector, semantic=vector is not None,
             snippet_chars=_SNIPPET_CHARS, marks=False, max_terms=_MAX_TERMS, statements=True,
+            replayed_from=replayed_from,
         )  # fmt: skip
 
-    def _open_and_search(self, query: str, session_key: str) -> tuple[RecallIndex, list[Hit] | None]:
+    def _open_and_search(
+        self, query: str, session_key: str, replayed_from: int | None
+    ) -> tuple[RecallIndex, list[Hit] | None]:
         """The index, and the keyword hits when it has no vectors (None: it has some, and
         the query's vector comes first)."""
         index = self._index()
         if index.semantic:
             return index, None
-        return index, self._search(index, query, session_key, None)
+        return index, self._search(index, query, session_key, None, replayed_from)
 
     def _choose(
         self, hits: list[Hit], session_key: str, shown_now: Callable[[], Shown], out: Recollection

@@ -259,13 +259,13 @@ class RecallIndex:
 
         return self._guard(run)
 
-    def _auto_sync(self) -> None:
+    def _auto_sync(self, replayed: tuple[str, int] | None = None) -> None:
         """Sync before answering, unless another process holds the write lock too long:
         then answer from the index as it is (it is at most that sync behind)."""
         if not self.auto_sync:
             return
         try:
-            self._sync()
+            self._sync(replayed=replayed)
         except sqlite3.OperationalError as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
             if code not in (SQLITE_BUSY, SQLITE_LOCKED):
@@ -288,7 +288,9 @@ class RecallIndex:
             self._data_version = version
         return self._states
 
-    def _sync(self, paths: list[Path | str] | None = None) -> SyncStats:
+    def _sync(
+        self, paths: list[Path | str] | None = None, *, replayed: tuple[str, int] | None = None
+    ) -> SyncStats:
         started = time.perf_counter()
         stats = SyncStats(warnings=self._warnings)
         self._warnings = []
@@ -297,6 +299,8 @@ class RecallIndex:
         states = self._cached_states()
         present = {sf.rel for sf, _ in found}
         todo = [(sf, st) for sf, st in found if not _is_current(states.get(sf.rel), st)]
+        if replayed is not None:
+            todo = [(sf, st) for sf, st in todo if not _only_replayed_is_new(states.get(sf.rel), st, replayed)]
         # Every file found is known (no todo), so with a full scan nothing vanished
         # exactly when the counts agree.
         vanished = (
@@ -380,6 +384,7 @@ class RecallIndex:
         marks: bool = True,
         max_terms: int | None = None,
         statements: bool = False,
+        replayed_from: int | None = None,
     ) -> list[Hit]:
         """The ``k`` best matches for ``query``, best first, each with a calibrated
         ``score`` between 0 and 1 (see :mod:`~hippobot.recall.ranking`).
@@ -405,6 +410,14 @@ class RecallIndex:
         untagged (:func:`~hippobot.recall.query.best_lines`);
         ``max_terms`` keeps only that many of the query's words, the longest (each word is
         probed in every table, so a long message costs in proportion).
+
+        ``replayed_from``: the first message of session ``session_key`` that the caller's
+        prompt replays. While all that session's file holds beyond what is indexed comes
+        from there on, the file is not indexed before this search: those messages are in
+        the prompt (recall before answering leaves them out anyway), and indexing the last
+        turn's two messages before every answer cost ~11 ms and ~60 KiB of index writes
+        per turn. They are indexed by the first search that needs them: once consolidation
+        moves the replay past them, or by any other search.
         """
         if scope not in _SCOPE_KINDS:
             raise RecallError(f"unknown scope {scope!r}; use one of: {', '.join(_SCOPE_KINDS)}")
@@ -421,8 +434,10 @@ class RecallIndex:
         clock = time.time() if now is None else now
         periods = named_periods(query, clock)
 
+        replayed = None if session_key is None or replayed_from is None else (session_key, replayed_from)
+
         def run() -> list[Hit]:
-            self._auto_sync()
+            self._auto_sync(replayed)
             found, by_meaning = self._gather(parsed, qvec, max(k, _POOL), scope, session_key,
                                              include_other_sessions, clock, periods)  # fmt: skip
             # Without a vector in scope (none made yet) the hybrid weights would read every
@@ -915,6 +930,20 @@ def _any_of(terms: Sequence[Term], prefix: bool) -> str:
 
 def _all_of(terms: Sequence[Term], prefix: bool) -> str:
     return "body : (" + " AND ".join(t.fts(prefix=prefix) for t in terms) + ")"
+
+
+def _only_replayed_is_new(state: FileState | None, st: os.stat_result, replayed: tuple[str, int]) -> bool:
+    """Whether a session file only grew, and only by messages its session's prompt replays
+    (``replayed``: the session key and the first message replayed)."""
+    key, first = replayed
+    return (
+        state is not None
+        and state.kind == "session"
+        and state.session_key == key
+        and st.st_ino == state.inode
+        and st.st_size > state.size
+        and state.next_num >= first
+    )
 
 
 def _is_current(state: FileState | None, st: os.stat_result) -> bool:
