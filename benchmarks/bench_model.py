@@ -38,15 +38,16 @@ __all__ = ["ReplyState", "RequestRecord", "TimedProvider", "classify", "common_p
 
 _DREAM_ANALYSIS = "## Task: analysis"
 _DREAM_EDIT = "## Task: apply the findings"
+_DREAM_MISSING = "## Task: facts still missing"  # Dream's second look at unplaced facts
 _ARCHIVED_FACT = re.compile(r"- \[(?:permanent|correction)\] ([^\n]+)")
 
 
 def classify(messages: list[dict]) -> str:
     """What a request is for: turn, turn-tool (follow-up after a tool result), consolidation,
-    dream-analysis or dream-edit."""
+    dream-analysis (the analysis, and the second look at facts it left unplaced) or dream-edit."""
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     first = content_text(first_user.get("content")) if first_user else ""
-    if _DREAM_ANALYSIS in first and len(messages) <= 2:
+    if (_DREAM_ANALYSIS in first or _DREAM_MISSING in first) and len(messages) <= 2:
         return "dream-analysis"
     if _DREAM_EDIT in first and messages[0].get("role") == "user":
         return "dream-edit"
