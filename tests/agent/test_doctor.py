@@ -117,11 +117,10 @@ async def test_a_model_that_ignores_the_tool_is_a_warning(hippobot_home, scripte
 
 
 async def test_a_server_that_is_down_fails_at_once_and_skips_the_model_checks(hippobot_home):
-    with socket.socket() as probe:  # a port nothing listens on
+    with socket.socket() as probe:  # a port nothing listens on, held so no other test takes it
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-
-    report = await run_doctor(settings_for(hippobot_home, f"http://127.0.0.1:{port}/v1"))
+        report = await run_doctor(settings_for(hippobot_home, f"http://127.0.0.1:{port}/v1"))
 
     endpoint = report.check("endpoint")
     assert endpoint.status == "fail" and not report.ok

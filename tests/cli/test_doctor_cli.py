@@ -24,13 +24,15 @@ def test_doctor_prints_one_line_per_check_and_exits_0_when_nothing_fails(hippobo
 
 
 def test_doctor_json_and_a_failing_check_exit_1(hippobot_home, scripted_model):
+    # The port stays bound (never listening) through both runs: connecting is refused, and no
+    # server another test starts meanwhile can take it (which once made the endpoint "ok").
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-
-    out = run_cli(["doctor", "--json"], hippobot_home, HIPPOBOT_MODEL="m",
-                  HIPPOBOT_API_BASE=f"http://127.0.0.1:{port}/v1")
-    text = run_cli(["doctor"], hippobot_home, HIPPOBOT_MODEL="m", HIPPOBOT_API_BASE=f"http://127.0.0.1:{port}/v1")
+        out = run_cli(["doctor", "--json"], hippobot_home, HIPPOBOT_MODEL="m",
+                      HIPPOBOT_API_BASE=f"http://127.0.0.1:{port}/v1")
+        text = run_cli(["doctor"], hippobot_home, HIPPOBOT_MODEL="m",
+                       HIPPOBOT_API_BASE=f"http://127.0.0.1:{port}/v1")
 
     assert out.returncode == 1
     report = json.loads(out.stdout)
