@@ -2,7 +2,6 @@
 
 # No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
-import asyncio
 import sys
 from typing import Annotated
 
@@ -39,6 +38,7 @@ def doctor(
             sys.stdout.write(check.line() + "\n")
             sys.stdout.flush()
 
+    import asyncio  # not at the top: --help and most commands never need it
     report = asyncio.run(run_doctor(settings, config_error=problem, probe_timeout=timeout, on_check=show))
     if json_out:
         print_json(report.to_dict())

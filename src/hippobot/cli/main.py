@@ -7,7 +7,6 @@ that need them, so ``hippobot --help`` and read-only commands start fast.
 # Command modules do without ``from __future__ import annotations``: the command layer
 # (cli/_app.py) reads each parameter's Annotated declaration as a real object.
 
-import asyncio
 import errno
 import gc
 import logging
@@ -101,6 +100,8 @@ def agent(
     json_out: Annotated[bool, Option("--json", help="With -m: print the reply as JSON for scripts.")] = False,
 ) -> None:
     """Chat with the agent, or send one message with -m."""
+    import asyncio  # not at the top: --help and most commands never need it
+
     from hippobot.agent.onboarding import ensure_workspace
     from hippobot.cli.chat import interactive, one_shot, piped
 
@@ -168,6 +169,7 @@ def dream(
         finally:
             await bot.aclose(timeout=5.0)
 
+    import asyncio  # not at the top: --help and most commands never need it
     result = asyncio.run(run())
     waiting = [] if dry_run else bot.archives_waiting()
     for wait in waiting:

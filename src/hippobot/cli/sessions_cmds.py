@@ -2,7 +2,6 @@
 
 # No ``from __future__ import annotations`` here: see the note in cli/_app.py.
 
-import asyncio
 import sys
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -125,6 +124,7 @@ def delete_session(
         if not sys.stdin.isatty():
             raise UserError(f"refusing to delete {key!r} without confirmation: pass --yes")
         confirm(f"Delete session {key}?")
+    import asyncio  # not at the top: --help and most commands never need it
     asyncio.run(api_for(settings_for(workspace)).delete_session(key))
     if json_out:
         print_json({"deleted": key})
