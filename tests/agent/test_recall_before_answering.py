@@ -284,3 +284,26 @@ async def test_what_the_conversation_replays_is_not_indexed_before_each_answer_b
         "It is called Comet." if "Comet" in _runtime_block(request) else "I don't know."
     )
     assert (await agent.turn("cli:direct", "What is my bicycle called?")).reply == "It is called Comet."
+
+
+async def test_a_value_the_user_corrected_later_is_not_recalled_beside_the_correction(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Qwen2.5-Coder-1.5B, shown "I live in Osaka now, not in Tokyo." and "I live in Tokyo.",
+    # answered "I live in Tokyo."
+    agent = make_agent()
+    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
+                                 "My favourite tea is sencha.", "We watched a film about whales.")):
+        scripted_model.reply("How nice.")
+        await agent.turn(f"cli:chatter{n}", chatter)  # words the question does not share
+    scripted_model.reply("Tokyo is a great place.").reply("Noted, Osaka it is.")
+    await agent.turn("cli:earlier", "By the way, I live in Tokyo.")
+    await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
+    scripted_model.reply("You live in Osaka.")
+    await agent.turn("cli:fresh", "Which city do I live in?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    found = agent._recalled["cli:fresh"]
+    assert "I live in Osaka now, not in Tokyo." in block
+    assert "session cli:earlier#0" not in block
+    assert ("session cli:earlier#0", "superseded by session cli:later#0") in found.left_out

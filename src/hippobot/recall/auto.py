@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hippobot.context import tokens
 from hippobot.context.runtime import quote_untrusted
+from hippobot.factmatch import mentions_old_value
 from hippobot.lazy_regex import lazy_compile
+from hippobot.memory.facts import split_correction
 
 from .query import parse_citation, parse_ts
 from .relative_dates import annotate_relative_dates
@@ -178,6 +180,27 @@ def recalled_text(line: str) -> str:
     return line[m.end():]
 
 
+def _superseded(hits: list[Hit]) -> dict[str, str]:
+    """The hits that state a value another hit, said no earlier, corrects ("I live in Osaka
+    now, not in Tokyo" supersedes "I live in Tokyo."), each with the correcting citation. A
+    small model shown both answered with the old one; the correction itself stays."""
+    out: dict[str, str] = {}
+    for fix in hits:
+        new, old = split_correction(fix.snippet, strict=True)
+        if not old or fix.timestamp is None:
+            continue
+        for hit in hits:
+            if (
+                hit is not fix
+                and hit.citation not in out
+                and hit.timestamp is not None
+                and hit.timestamp <= fix.timestamp
+                and mentions_old_value(hit.snippet, old, new)
+            ):
+                out[hit.citation] = fix.citation
+    return out
+
+
 def _session_number(hit: Hit) -> int | None:
     number = hit.citation.rpartition("#")[2]
     return int(number) if hit.kind == "session" and number.isdigit() else None
@@ -290,7 +313,11 @@ class AutoRecall:
         if not hits:
             return
         shown, used = shown_now(), 0
+        superseded = _superseded(hits)
         for hit in hits:
+            if hit.citation in superseded:
+                out.left_out.append((hit.citation, f"superseded by {superseded[hit.citation]}"))
+                continue
             number = _session_number(hit)
             if number is not None and shown.replays(hit.session_key, number):
                 out.left_out.append((hit.citation, "in this conversation"))
