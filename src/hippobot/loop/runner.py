@@ -134,7 +134,7 @@ class Runner:
         schemas = self.tools.schemas() if self.tools is not None else []
         result = RunResult(reply="", iterations=0)
         asked_again = False
-        last_error: str | None = None  # the latest tool result, when it was an error
+        last_error: str | None = None  # the latest tool result, when the call failed
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             request = ChatRequest(
@@ -188,11 +188,11 @@ class Runner:
             result.messages.append(stored)
             for call in response.tool_calls:
                 result.tool_calls += 1
-                stored_result = await self._run_tool(call, persist, emit)
+                stored_result, ok = await self._run_tool(call, persist, emit)
                 messages.append(wire_message(stored_result))
                 result.messages.append(stored_result)
                 text = stored_result.get("content")
-                last_error = text if isinstance(text, str) and text.startswith("Error:") else None
+                last_error = text if not ok and isinstance(text, str) else None
         note = _ITERATION_NOTE.format(n=self.max_iterations)
         emit(Notice(note, level="warning"))
         stored = await persist({"role": "assistant", "content": note})
@@ -202,7 +202,8 @@ class Runner:
         result.stopped = "max_iterations"
         return result
 
-    async def _run_tool(self, call: ToolCall, persist: Persist, emit: EventSink) -> Message:
+    async def _run_tool(self, call: ToolCall, persist: Persist, emit: EventSink) -> tuple[Message, bool]:
+        """The stored tool message, and whether the call succeeded."""
         name = call["function"]["name"]
         arguments = call["function"]["arguments"]
         summary = _call_summary(name, arguments)
@@ -217,7 +218,7 @@ class Runner:
         msg: Message = {"role": "tool", "tool_call_id": call["id"], "name": name, "content": text}
         if original is not None:
             msg["_truncated"] = original
-        return await persist(msg)
+        return await persist(msg), ok
 
 
 def _add(a: Usage, b: Usage) -> Usage:
