@@ -307,3 +307,32 @@ async def test_a_value_the_user_corrected_later_is_not_recalled_beside_the_corre
     assert "I live in Osaka now, not in Tokyo." in block
     assert "session cli:earlier#0" not in block
     assert ("session cli:earlier#0", "superseded by session cli:later#0") in found.left_out
+
+
+async def test_an_edit_the_agent_made_is_not_recalled_as_something_said(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Qwen2.5-Coder-1.5B, shown "[tool call] edit_file({... "User lives in Osaka" ...})" beside
+    # "Which city do I live in?", ran that edit again instead of answering.
+    agent = make_agent()
+    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
+                                 "My favourite tea is sencha.", "We watched a film about whales.")):
+        scripted_model.reply("How nice.")
+        await agent.turn(f"cli:chatter{n}", chatter)
+    (agent.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- User lives in Tokyo\n")
+    scripted_model.reply_tool_call(
+        "edit_file",
+        {"path": "memory/MEMORY.md", "old_text": "User lives in Tokyo", "new_text": "User lives in Osaka"},
+    ).reply("Noted, Osaka it is.")
+    await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
+    scripted_model.reply("You live in Osaka.")
+    await agent.turn("cli:fresh", "Which city do I live in? Osaka or Tokyo?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    found = agent._recalled["cli:fresh"]
+    assert "I live in Osaka now, not in Tokyo." in block
+    assert "edit_file" not in block
+    assert ("session cli:later#1", "a tool call, not something said") in found.left_out
+    # memory_search still finds what the agent did
+    hits = agent.recall.search("edit_file Osaka", k=5, session_key="cli:fresh", include_other_sessions=True)
+    assert any(hit.citation == "session cli:later#1" for hit in hits)

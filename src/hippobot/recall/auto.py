@@ -45,7 +45,7 @@ from hippobot.factmatch import mentions_old_value
 from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import split_correction
 
-from .query import parse_citation, parse_ts
+from .query import TOOL_CALL_MARK, parse_citation, parse_ts
 from .relative_dates import annotate_relative_dates
 
 if TYPE_CHECKING:
@@ -201,6 +201,18 @@ def _superseded(hits: list[Hit]) -> dict[str, str]:
     return out
 
 
+def _only_tool_calls(hit: Hit) -> bool:
+    """Whether a hit is an assistant message that only called tools. What the agent did
+    is found by ``memory_search``; recalled beside a question, the local model took
+    ``[tool call] edit_file({...})`` for something to do and ran the old edit again
+    instead of answering "Which city do I live in?"."""
+    if hit.role != "assistant":
+        return False
+    lines = [line.strip().lstrip("…").strip() for line in hit.snippet.splitlines()]
+    said = [line for line in lines if line]
+    return bool(said) and all(line.startswith(TOOL_CALL_MARK) for line in said)
+
+
 def _session_number(hit: Hit) -> int | None:
     number = hit.citation.rpartition("#")[2]
     return int(number) if hit.kind == "session" and number.isdigit() else None
@@ -317,6 +329,9 @@ class AutoRecall:
         for hit in hits:
             if hit.citation in superseded:
                 out.left_out.append((hit.citation, f"superseded by {superseded[hit.citation]}"))
+                continue
+            if _only_tool_calls(hit):
+                out.left_out.append((hit.citation, "a tool call, not something said"))
                 continue
             number = _session_number(hit)
             if number is not None and shown.replays(hit.session_key, number):

@@ -40,6 +40,7 @@ __all__ = [
     "KIND_BOOST",
     "RECENCY_TAU_DAYS",
     "RECENCY_WEIGHT",
+    "TOOL_CALL_MARK",
     "Citation",
     "Hit",
     "Kind",
@@ -412,6 +413,10 @@ def best_snippet(
 
 
 # --- hits and citations ---------------------------------------------------------------
+
+
+# How a stored assistant message's tool calls read in the index: ``[tool call] name(args…)``.
+TOOL_CALL_MARK = "[tool call]"
 
 
 @dataclass(frozen=True, slots=True)

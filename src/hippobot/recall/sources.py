@@ -42,7 +42,7 @@ from hippobot.workspace import (
 )
 
 from .boilerplate import is_heading
-from .query import Kind
+from .query import TOOL_CALL_MARK, Kind
 
 __all__ = [
     "HEAD",
@@ -279,7 +279,7 @@ def message_text(msg: dict[str, Any]) -> str:
             args = json.dumps(args, ensure_ascii=False, default=str)
         if len(args) > _TOOL_ARGS_CHARS:
             args = args[:_TOOL_ARGS_CHARS] + "…"
-        parts.append(f"[tool call] {fn.get('name', '?')}({args})")
+        parts.append(f"{TOOL_CALL_MARK} {fn.get('name', '?')}({args})")
     return "\n".join(parts)[:MAX_DOC_CHARS]
 
 
