@@ -159,12 +159,26 @@ def test_an_explanation_before_an_example_call_stays_text_however_it_ends() -> N
         "",
         "Here is an example of the format:\n" + "The agent explains the tool at length. " * 15
         + '\n```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```',
-        '```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```\n```json\n{"x": 1}\n```',
         '{"name": "read_file", "arguments": {"path": "a"',  # cut off
     ],
 )
 def test_ambiguous_text_stays_text(text: str) -> None:
     assert recover_tool_calls(text, OFFERED) is None
+
+
+def test_a_result_the_model_imagined_after_its_call_is_not_shown() -> None:
+    # Qwen2.5-Coder-1.5B asked about the garden: a memory_get call, then the "result" it
+    # expected as a fenced JSON block, all in one reply.
+    text = (
+        '{"name": "memory_get", "arguments": "{\\"citation\\": \\"history#3\\"}"}\n'
+        '```json\n{"citation": "history#3", "text": "User grows tomatoes"}\n```'
+    )
+    found = recover_tool_calls(text, OFFERED)
+    assert found is not None
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [("memory_get", {"citation": "history#3"})]
+    assert found.text == ""
+    fenced = '```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```\n```json\n{"x": 1}\n```'
+    assert calls(fenced) == [("read_file", {"path": "a"})]
 
 
 @given(st.text(alphabet=st.characters(blacklist_characters="{[<`~"), max_size=300))

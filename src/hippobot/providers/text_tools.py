@@ -15,8 +15,8 @@ shown to the user.
 
 The parser is conservative: text is recovered only when, from the first line that starts a
 block, it consists of nothing but tool-call blocks (and at most a short closing remark), and
-every block is a call. A reply that *opens* with such a block is a call whatever prose
-follows it (that prose, written before the tool ran, is dropped). JSON data (no arguments
+every block is a call. A reply that *opens* with such a block is a call whatever prose or
+data follows it (that text, an imagined result written before the tool ran, is dropped). JSON data (no arguments
 key, or keys a call does not have), a code block that is not a call, or a long explanation
 around an example all stay text. A block shaped like a call (a name and an explicit
 arguments key) that names a tool the request did not offer, or whose arguments are not an
@@ -207,9 +207,11 @@ def parse_blocks(
         found, end = step
         if not found:
             # A reply that opened with a call may trail off into a broken block (an unclosed
-            # fence of stray code); a block of JSON data after a call keeps it all text.
-            if calls and any_prose_after and not _holds_data(text[pos:end]):
-                return tuple(calls), ""  # the broken block is not shown either
+            # fence of stray code) or into the result the model imagined for its call
+            # (Qwen2.5-Coder-1.5B: a memory_get call, then a fenced JSON "result"): the call
+            # runs, and neither block is shown.
+            if calls and any_prose_after:
+                return tuple(calls), ""
             return None
         calls.extend(found)
         pos = end
@@ -264,15 +266,6 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
         value, after = decoded
         return _calls_in_value(value, offered), after
     return None
-
-
-def _holds_data(block: str) -> bool:
-    """Whether a block (fenced, the way :func:`_block_at` reads fences, or bare) holds a
-    JSON object or list."""
-    fence = _FENCE.match(block)
-    body = block[fence.end() :].removesuffix(fence.group(1)) if fence else block
-    body = body.strip()
-    return body.startswith(("{", "[")) and _decode_at(body, 0) is not None
 
 
 def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
