@@ -126,7 +126,8 @@ def _summary(run: dict[str, Any]) -> str:
         f"edit phase {'on' if run['edit_phase'] else 'off'}: {run['pending_before']} pending entries, "
         f"{r['status']}, {run['requests']} request(s), {run['wall_s']}s",
         f"  findings {len(r['findings'])}; code placed {len(r['placed'])}; model edit calls {edits['made']} made, "
-        f"{edits['applied']} applied, {edits['text']} text edit(s); held batches {len(run['held'])}",
+        f"{edits['applied']} applied, {edits['text']} text edit(s); invented lines undone "
+        f"{len(r.get('ungrounded', []))}; held batches {len(run['held'])}",
         f"  in files: {facts or '-'}",
     ]
     for call in run["model_calls"]:

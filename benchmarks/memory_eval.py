@@ -488,7 +488,7 @@ def format_table(results: list[ScenarioResult], label: str) -> str:
             lines.append(
                 f"  dream did: {len(d.get('findings', []))} finding(s), code placed {len(d.get('placed', []))}, "
                 f"model edit calls {edits.get('made', 0)} made / {edits.get('applied', 0)} applied, "
-                f"{len(d.get('held', []))} batch(es) held"
+                f"{len(d.get('ungrounded', []))} invented line(s) undone, {len(d.get('held', []))} batch(es) held"
             )
         lines.append(
             f"  tool calls in question turns: {r.tool_calls_in_questions}; replies showing a raw tool call: "

@@ -23,7 +23,8 @@ The pipeline, in one place:
    number: a digit, or a capital anywhere but the start of the text.
 5. **Judgements** — :func:`states` (a line states a fact: every salient word and most
    others), :func:`mentions_old_value` (a line still says a corrected value as current),
-   :func:`covers` (a text carries most words of a line), :func:`same_line` (a close
+   :func:`covers` (a text carries most words of a line), :func:`grounded` (a line a model
+   wrote invents no name, number or most of its words), :func:`same_line` (a close
    rewording), :func:`heading_matches` (a heading a model named, found in a file).
 
 Pure functions, no I/O, memoised where they are hot.
@@ -47,6 +48,7 @@ __all__ = [
     "covers",
     "find_statement",
     "fold",
+    "grounded",
     "heading_matches",
     "keywords",
     "line_similarity",
@@ -234,6 +236,18 @@ def covers(text: str, line: str, *, share: float = 0.6) -> bool:
     low = text.lower()
     found = [w for w in wanted if w in have or (not w.isascii() and w in low)]
     return len(found) >= share * len(wanted)
+
+
+def grounded(line: str, source: str, *, share: float = 0.5) -> bool:
+    """Whether ``line`` (written by a model) holds only what ``source`` (what it was given)
+    says: every salient word (a name, a number) is in ``source`` and at least ``share`` of
+    its other content words are. "- My name is Hippobot." is not grounded in a
+    conversation with Maya; "- Lives in Osaka" is, in "User lives in Osaka now"."""
+    salient, _ = keywords(line)
+    have = _line_stems(source)
+    if any(stem(w) not in have for w in salient):
+        return False
+    return covers(source, line, share=share)
 
 
 def heading_matches(heading: str, wanted: str) -> bool:

@@ -164,3 +164,35 @@ async def test_an_archived_line_about_what_went_unsaid_does_not_hold_the_batch(m
     assert "Miso" in read(agent)
     assert [o.fact.text for o in result.outcomes] == ["User's cat is called Miso"]
     assert agent.memory.pending_count() == 0
+
+
+async def test_an_edit_that_fills_a_template_field_with_an_invented_fact_is_undone(make_agent, scripted_model):
+    agent = make_agent()
+    plant(agent, "- [permanent] User's name is Maya\n- [permanent] User works at Initech as a nurse")
+    scripted_model.reply("[USER] Name: Maya\n[USER] Works at Initech as a nurse")
+    # What Qwen2.5-Coder-1.5B did with USER.md's empty fields: a name and tools nobody said,
+    # beside a field it filled from the conversation.
+    scripted_model.reply_tool_call("edit_file", {
+        "path": "USER.md",
+        "old_text": "- Name:\n- What to call me:",
+        "new_text": "- Name: Maya\n- My name is Hippobot.",
+    })
+    scripted_model.reply_tool_call("edit_file", {
+        "path": "USER.md",
+        "old_text": "- Tools and stack I use:",
+        "new_text": "- I use Python, Git, and Jupyter Notebook for my work and projects.",
+    })
+    scripted_model.reply("Done.")
+    result = await agent.dream.run()
+    assert result.status == "done" and not result.held, result.describe()
+    text = read(agent)
+    assert "Hippobot" not in text and "Jupyter" not in text
+    assert "- What to call me:\n" in text and "- Tools and stack I use:\n" in text  # the fields again
+    assert "- Name: Maya\n" in text  # the grounded edit of the same call stays
+    assert "Initech" in text  # the finding itself is placed
+    assert result.edits.applied == 2
+    assert result.ungrounded == [
+        "USER.md: - My name is Hippobot.",
+        "USER.md: - I use Python, Git, and Jupyter Notebook for my work and projects.",
+    ]
+    assert "Undid 2 edited line(s) the conversations did not say." in result.describe()

@@ -300,7 +300,8 @@ class Dream:
             )
             result.edits.add(stats)
             batch.rejections += parse_rejections(reply)
-            batch.files = await asyncio.to_thread(self.commit_point.read)
+            # The model decides what to write, but only from what was said
+            result.ungrounded += phases.keep_grounded_edits(batch, await asyncio.to_thread(self.commit_point.read))
 
     async def _finish(self, result: DreamResult, pending: Sequence[HistoryEntry], last_done: int | None) -> None:
         """Record what stays pending; commit the accounted batches (files, cursor, one git

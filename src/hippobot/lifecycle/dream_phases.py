@@ -302,6 +302,22 @@ def _with_history_values(findings: Sequence[Finding], facts: Sequence[Fact]) -> 
     return out
 
 
+def keep_grounded_edits(batch: Batch, edited: Mapping[str, str]) -> list[str]:
+    """Take the model's ``edited`` files into ``batch`` with every line it invented (a
+    template field filled with a made-up name) put back to what the file held; returns the
+    lines undone. The findings count as said: the code places them anyway after the edits
+    (dream_apply), so an edit that writes one in its own words changes nothing."""
+    from hippobot.lifecycle.dream_grounding import keep_grounded
+
+    findings = [f.text for f in map(parse_finding, batch.findings) if f is not None]
+    kept = keep_grounded(batch.files, edited, [e.content for e in batch.entries] + findings)
+    if kept.reverted:
+        log.warning("Dream undid %d edited line(s) that neither the entries %s nor the findings say: %s",
+                    len(kept.reverted), batch.span, "; ".join(kept.reverted))
+    batch.files = kept.files
+    return kept.reverted
+
+
 def account(batch: Batch, do_not_readd: Sequence[str]) -> Batch:
     batch.outcomes = account_facts(
         batch.facts, batch.before, batch.files, rejections=batch.rejections, do_not_readd=do_not_readd

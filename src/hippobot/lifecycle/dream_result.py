@@ -89,6 +89,7 @@ class DreamResult:
     withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
     placed: list[str] = field(default_factory=list)  # what the code wrote for the findings
     edits: EditStats = field(default_factory=EditStats)  # the model's edit phase, if on
+    ungrounded: list[str] = field(default_factory=list)  # edited lines undone: not in the entries
 
     def accounting(self) -> str:
         """One line per durable fact of the run, then what stays pending and why."""
@@ -107,7 +108,7 @@ class DreamResult:
             "status": self.status, "entries": self.entries, "batches": self.batches,
             "findings": list(self.findings), "files": list(self.files), "commit": self.commit,
             "error": self.error, "seconds": round(self.seconds, 3), "withheld": list(self.withheld),
-            "placed": list(self.placed),
+            "placed": list(self.placed), "ungrounded": list(self.ungrounded),
             "edit_calls": {"made": self.edits.calls, "applied": self.edits.applied, "text": self.edits.text_edits},
             "accounting": self.accounting(),
         }
@@ -140,6 +141,8 @@ class DreamResult:
         sha = f" (commit {self.commit[:8]})" if self.commit else ""
         undo = f" {hints.restore} {self.commit[:8]}" if self.commit else f" {hints.restore}"
         kept_out = f" Left out {len(self.withheld)} line(s) you had undone." if self.withheld else ""
+        if self.ungrounded:
+            kept_out += f" Undid {len(self.ungrounded)} edited line(s) the conversations did not say."
         return (
             f"Dream processed {self.entries} entr{'y' if self.entries == 1 else 'ies'}{took} and "
             f"updated {', '.join(self.files)}{sha}{tail}.{kept_out} See {hints.log}; undo with{undo}."
