@@ -58,6 +58,15 @@ def test_a_line_that_says_more_than_the_old_value_is_never_replaced_or_removed()
     assert "- Lives in Tokyo with my partner Sam" in out["USER.md"]
 
 
+def test_a_correction_replaces_an_old_value_written_with_its_country() -> None:
+    # The local model archived "I live in Tokyo" as "I live in Tokyo, Japan"; "Japan" only
+    # qualifies the old value, so the move to Osaka replaces the line instead of holding the
+    # batch on it ("USER.md:16 still says the old value"). A name after other words stays.
+    files = {"USER.md": "# User\n\n- I live in Tokyo, Japan\n- Lives in Tokyo with my partner Sam\n"}
+    out = apply(files, "[USER] User lives in Osaka now, not in Tokyo")["USER.md"]
+    assert out == "# User\n\n- User lives in Osaka now\n- Lives in Tokyo with my partner Sam\n"
+
+
 def test_recalled_lines_copied_into_a_file_are_replaced_by_the_correction() -> None:
     # A small model pasted recalled memory into MEMORY.md in chat; the correction must still
     # take the old value's place, or the batch holds itself on the stale line for ever.

@@ -176,6 +176,21 @@ def _loses_nothing(line: str, allowed: str) -> bool:
     return not extra_salient and len(extra_other) <= 2
 
 
+_QUALIFIER = r",\s*((?:[A-Z][\w'-]*)(?:\s+[A-Z][\w'-]*)?)"
+"""A name after a comma: "Tokyo, Japan", "Portland, Oregon", "Initech, Berlin"."""
+
+
+def _qualifiers(line: str, old: str) -> str:
+    """The names ``line`` puts right after a name of ``old``, after a comma: they qualify
+    the old value and go with it. A small model archived "I live in Tokyo" as "I live in
+    Tokyo, Japan"; the correction to Osaka must replace that line, while "- Lives in Tokyo
+    with my partner Sam" keeps Sam (and its line)."""
+    out = []
+    for name in keywords("x " + old)[0]:
+        out += re.findall(rf"\b{re.escape(name)}{_QUALIFIER}", line, flags=re.I)
+    return " ".join(out)
+
+
 def _stale_lines(files: Mapping[str, str], finding: Finding) -> list[tuple[str, int]]:
     """(file, line index) of the lines that still say what ``finding`` replaces, the named
     file first."""
@@ -205,7 +220,7 @@ def _add(out: Placement, finding: Finding) -> None:
     old_value = " ".join(v for v in (finding.old, finding.replaces) if v)
     for name, i in _stale_lines(out.files, finding) if old_value else []:
         line = out.files[name].splitlines()[i]
-        if not _loses_nothing(line, f"{old_value} {finding.text}"):
+        if not _loses_nothing(line, f"{old_value} {_qualifiers(line, old_value)} {finding.text}"):
             out.skipped.append(f"{name}: kept {line.strip()!r}: it says more than {finding.old or finding.replaces!r}")
             continue
         if present is None:
