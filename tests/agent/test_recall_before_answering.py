@@ -11,6 +11,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
 from hippobot.context.runtime import RECALLED_HEADER
+from hippobot.memory.history import format_timestamp
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
 from hippobot.testing import ScriptedModel
 from hippobot.testing.scripted import RecordedRequest
@@ -336,3 +338,58 @@ async def test_an_edit_the_agent_made_is_not_recalled_as_something_said(
     # memory_search still finds what the agent did
     hits = agent.recall.search("edit_file Osaka", k=5, session_key="cli:fresh", include_other_sessions=True)
     assert any(hit.citation == "session cli:later#1" for hit in hits)
+
+
+async def test_a_reply_that_said_something_and_called_a_tool_is_recalled_without_the_call(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Qwen2.5-Coder-1.5B was recalled "To correct the fact ... Here is the command to do that:
+    # [tool call] edit_file({...})" beside "Which city do I live in?" and wrote the call out
+    # as its answer.
+    agent = make_agent()
+    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
+                                 "My favourite tea is sencha.", "We watched a film about whales.")):
+        scripted_model.reply("How nice.")
+        await agent.turn(f"cli:chatter{n}", chatter)
+    (agent.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- User's bicycle is blue\n")
+    scripted_model.reply_tool_call(
+        "edit_file",
+        {"path": "memory/MEMORY.md", "old_text": "bicycle is blue", "new_text": "bicycle is red"},
+        text="Your bicycle is red now; updating the memory file.",
+    ).reply("Noted.")
+    await agent.turn("cli:later", "I painted my bicycle red.")
+    scripted_model.reply("It is red.")
+    await agent.turn("cli:fresh", "What colour is my bicycle now?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    assert "session cli:later#1" in block
+    assert "Your bicycle is red now; updating the memory file." in block
+    assert "edit_file" not in block and "[tool call]" not in block
+
+
+async def test_the_summary_of_the_correcting_conversation_is_not_recalled_for_its_old_value(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # The local model archived the conversation that said "I live in Osaka now, not in Tokyo."
+    # with a line "I live in Tokyo." too; the entry is written after the correction, but it
+    # is that conversation's, and recalled beside it the old value was what the model read.
+    agent = make_agent()
+    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
+                                 "My favourite tea is sencha.", "We watched a film about whales.")):
+        scripted_model.reply("How nice.")
+        await agent.turn(f"cli:chatter{n}", chatter)
+    scripted_model.reply("Noted, Osaka it is.")
+    await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
+    cursor = agent.memory.append_history(
+        "- [durable] I live in Tokyo.\n- [durable] User's locker code is 4417", session_key="cli:later",
+        timestamp=format_timestamp(datetime.now() + timedelta(minutes=5)),  # archived afterwards
+    ).cursor
+    agent.memory.set_dream_cursor(cursor)  # filed by Dream: no longer in Recent History
+    scripted_model.reply("You live in Osaka.")
+    await agent.turn("cli:fresh", "Which city do I live in?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    found = agent._recalled["cli:fresh"]
+    assert "I live in Osaka now, not in Tokyo." in block
+    assert f"history#{cursor}" not in block, (found.left_out, block)
+    assert (f"history#{cursor}", "superseded by session cli:later#0") in found.left_out

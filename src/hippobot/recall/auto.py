@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hippobot.context import tokens
@@ -194,23 +194,31 @@ def _superseded(hits: list[Hit]) -> dict[str, str]:
                 hit is not fix
                 and hit.citation not in out
                 and hit.timestamp is not None
-                and hit.timestamp <= fix.timestamp
+                and (hit.timestamp <= fix.timestamp or _summarises(hit, fix))
                 and mentions_old_value(hit.snippet, old, new)
             ):
                 out[hit.citation] = fix.citation
     return out
 
 
-def _only_tool_calls(hit: Hit) -> bool:
-    """Whether a hit is an assistant message that only called tools. What the agent did
-    is found by ``memory_search``; recalled beside a question, the local model took
-    ``[tool call] edit_file({...})`` for something to do and ran the old edit again
-    instead of answering "Which city do I live in?"."""
-    if hit.role != "assistant":
-        return False
-    lines = [line.strip().lstrip("…").strip() for line in hit.snippet.splitlines()]
-    said = [line for line in lines if line]
-    return bool(said) and all(line.startswith(TOOL_CALL_MARK) for line in said)
+def _summarises(hit: Hit, fix: Hit) -> bool:
+    """Whether ``hit`` is a history entry of the conversation ``fix`` was said in: written
+    after the correction, but from that conversation, old value included. A small model
+    archived "I live in Tokyo." and "User lives in Osaka now, not in Tokyo" in one entry,
+    and recalled beside the correction the old line was answered."""
+    return hit.kind == "history" and fix.kind == "session" and hit.session_key == fix.session_key
+
+
+def _said(hit: Hit) -> Hit | None:
+    """``hit`` without the tool calls an assistant message made (None: it only called
+    tools). What the agent did is found by ``memory_search``; recalled beside a question,
+    the local model took ``[tool call] edit_file({...})`` for something to do and ran the
+    old edit again, or wrote the call out as its answer to "Which city do I live in?"."""
+    if hit.role != "assistant" or TOOL_CALL_MARK not in hit.snippet:
+        return hit
+    lines = [line.partition(TOOL_CALL_MARK)[0].rstrip() for line in hit.snippet.splitlines()]
+    said = "\n".join(line for line in lines if line.strip().lstrip("…").strip())
+    return replace(hit, snippet=said) if said else None
 
 
 def _session_number(hit: Hit) -> int | None:
@@ -325,13 +333,17 @@ class AutoRecall:
         if not hits:
             return
         shown, used = shown_now(), 0
-        superseded = _superseded(hits)
+        said = []
         for hit in hits:
+            kept = _said(hit)
+            if kept is None:
+                out.left_out.append((hit.citation, "a tool call, not something said"))
+            else:
+                said.append(kept)
+        superseded = _superseded(said)
+        for hit in said:
             if hit.citation in superseded:
                 out.left_out.append((hit.citation, f"superseded by {superseded[hit.citation]}"))
-                continue
-            if _only_tool_calls(hit):
-                out.left_out.append((hit.citation, "a tool call, not something said"))
                 continue
             number = _session_number(hit)
             if number is not None and shown.replays(hit.session_key, number):
