@@ -83,6 +83,37 @@ async def test_overwriting_memory_with_one_line_is_refused_and_the_fact_still_ke
     assert "4417" in entry.content and result.remembered is not None
 
 
+async def test_the_runtime_context_copied_into_a_memory_file_is_refused(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Seen with Qwen2.5-Coder-1.5B: told "I live in Osaka now, not in Tokyo.", it wrote the
+    # block hippobot adds to the message (time, channel, the recalled "I live in Tokyo."
+    # lines) over SOUL.md, and Dream's batch was then held on SOUL.md's old value.
+    agent = make_agent()
+    soul = agent.workspace / "SOUL.md"
+    before = soul.read_text(encoding="utf-8")
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:earlier", "By the way, I live in Tokyo.")
+    copied = "[runtime context]\nCurrent Time: 2026-12-02 10:16 (Wednesday) UTC\nChannel: cli\n" \
+             "- [session cli:earlier#0] user: By the way, I live in Tokyo.\n"
+    scripted_model.reply_tool_call("write_file", {"path": "SOUL.md", "content": copied})
+    scripted_model.reply_tool_call("edit_file", {
+        "path": "memory/MEMORY.md", "old_text": "# ", "new_text": "Memory recalled for this message:\n# "})
+    scripted_model.reply("Saved.")
+    await agent.turn("cli:later", "Correction: I live in Osaka now, not in Tokyo.")
+
+    results = [m["content"] for m in scripted_model.requests[-1].messages if m.get("role") == "tool"]
+    assert len(results) == 2
+    assert all("runtime context" in r and "nothing was written" in r for r in results), results
+    assert soul.read_text(encoding="utf-8") == before
+    assert "Memory recalled" not in (agent.workspace / "memory" / "MEMORY.md").read_text(encoding="utf-8")
+    # a file outside memory is the model's to write as it likes
+    scripted_model.reply_tool_call("write_file", {"path": "notes/context.txt", "content": copied})
+    scripted_model.reply("Done.")
+    await agent.turn("cli:later", "Save the context you see to notes/context.txt.")
+    assert (agent.workspace / "notes" / "context.txt").read_text(encoding="utf-8") == copied
+
+
 async def test_questions_about_memory_are_not_requests(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:

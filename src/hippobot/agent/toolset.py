@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hippobot.context.runtime import holds_runtime_context
 from hippobot.tools.base import ToolRegistry
 from hippobot.tools.files import file_tools
 from hippobot.tools.paths import PathPolicy
@@ -22,23 +23,40 @@ if TYPE_CHECKING:
 __all__ = ["build_registry"]
 
 
-def _memory_redactor(
-    redactor: Redactor, workspace: Workspace, store_path: Callable[[str], bool]
-) -> Callable[[Path, str], str]:
-    """Redacts keys from writes to the files the memory history versions (they shape the
-    prompt and are kept forever); other files are written as given."""
+def _memory_file(workspace: Workspace, store_path: Callable[[str], bool]) -> Callable[[Path], bool]:
+    """Whether a path is one of the files the memory history versions (they shape the
+    prompt and are kept forever)."""
     root = Path(os.path.realpath(workspace.root))
 
-    def redact(path: Path, text: str) -> str:
+    def is_memory(path: Path) -> bool:
         try:
             rel = path.relative_to(root).as_posix()
         except ValueError:
-            return text
-        if not (store_path(rel) or rel.startswith(f"{MEMORY_DIR}/")):
-            return text
-        return redactor(text)
+            return False
+        return store_path(rel) or rel.startswith(f"{MEMORY_DIR}/")
 
-    return redact
+    return is_memory
+
+
+def _memory_redactor(redactor: Redactor, is_memory: Callable[[Path], bool]) -> Callable[[Path, str], str]:
+    """Redacts keys from writes to the memory files; other files are written as given."""
+    return lambda path, text: redactor(text) if is_memory(path) else text
+
+
+def _memory_check(is_memory: Callable[[Path], bool]) -> Callable[[Path, str], str | None]:
+    """Refuses the runtime context as memory: it is metadata and quoted recalled lines,
+    added to each user message, never something the user said."""
+
+    def refuse(path: Path, text: str) -> str | None:
+        if is_memory(path) and holds_runtime_context(text):
+            return (
+                f"that text copies the runtime context added to the user's message (time, channel, "
+                f"recalled memory), which is not memory; write only the fact, in a short line of "
+                f"your own, with edit_file into {path.name}"
+            )
+        return None
+
+    return refuse
 
 
 def build_registry(
@@ -81,13 +99,14 @@ def build_registry(
     registry = ToolRegistry(compact=compact_prompt(settings.defaults.context_window_tokens))
     # Every write holds the file's lock, shared with Dream, restores and other sessions,
     # and keys are redacted from what reaches a memory file.
-    redact = _memory_redactor(redactor, workspace, store_path)
+    is_memory = _memory_file(workspace, store_path)
+    redact = _memory_redactor(redactor, is_memory)
     from hippobot.recall.boilerplate import memory_line
 
     # write_file may not drop a fact line of these; what is not memory (template text, empty
     # slots, headings) it may, as the index decides.
     keeps = {workspace.user.resolve(): memory_line(USER_MD), workspace.memory_md.resolve(): memory_line(MEMORY_MD)}
-    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact,
+    registry.extend(file_tools(policy, lock=workspace.file_lock, redact=redact, refuse=_memory_check(is_memory),
                                keeps_lines=lambda path: keeps.get(path.resolve())))
     if exec_enabled:
         registry.register(

@@ -37,6 +37,7 @@ __all__ = [
     "attach_runtime_context",
     "fence_untrusted",
     "format_now",
+    "holds_runtime_context",
     "quote_untrusted",
     "runtime_context_block",
 ]
@@ -108,6 +109,20 @@ def runtime_context_block(
         lines.extend(_one_line(line) for line in recalled)
     lines.append(RUNTIME_CONTEXT_FOOTER)
     return "\n".join(lines)
+
+
+_COPIED_BLOCK = lazy_compile(
+    r"^\s*(?:\[/?runtime context\b|memory recalled for this message\b)|^\s*current time: \d{4}-\d\d-\d\d .*\n\s*channel: ",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def holds_runtime_context(text: str) -> bool:
+    """Whether ``text`` holds (a copy of) the block this module adds to a user message: its
+    header or footer, the recalled-memory header, or the time and channel lines. The local
+    model "remembered" a correction by writing the whole block, recalled lines included,
+    over SOUL.md."""
+    return _COPIED_BLOCK.search(text) is not None
 
 
 def _one_line(value: str) -> str:

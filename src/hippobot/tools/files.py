@@ -36,6 +36,7 @@ _SIMILAR_LINE_MAX_LINES = 20_000
 
 
 WriteFilter = Callable[[Path, str], str]  # (path, text) -> the text to write
+WriteCheck = Callable[[Path, str], str | None]  # (path, text the model wrote) -> why not, or None
 FileLock = Callable[[Path], AbstractContextManager[object]]
 _REDACTED_NOTE = " (a secret in it was replaced with [REDACTED])"
 
@@ -51,14 +52,22 @@ def file_tools(
     lock: FileLock | None = None,
     redact: WriteFilter | None = None,
     keeps_lines: Callable[[Path], Callable[[str], bool] | None] | None = None,
+    refuse: WriteCheck | None = None,
 ) -> list[Tool]:
     """The four file tools, confined by ``policy``; writes hold ``lock(path)`` and what
     they write passes through ``redact(path, text)``. ``write_file`` may not drop a fact
     line of a file ``keeps_lines(path)`` guards (the memory files; it returns which lines
     are facts: not the template's text, headings or empty fields): small models "remember" a
     fact by overwriting MEMORY.md with that one line, and a wrong edit of one line is
-    undone far more easily than a file that lost the rest."""
+    undone far more easily than a file that lost the rest. ``refuse(path, text)`` judges
+    what the model wrote (``content``, ``new_text``): a reason refuses the write, and
+    nothing is written."""
     file_lock = lock or _no_lock
+
+    def check(target: Path, text: str) -> None:
+        reason = refuse(target, text) if refuse is not None else None
+        if reason is not None:
+            raise ToolError(f"{reason}; nothing was written")
 
     def read_file(path: str, offset: int = 1, limit: int | None = None) -> str:
         """Read a UTF-8 text file. Long output is cut with a note saying how to read on.
@@ -80,6 +89,7 @@ def file_tools(
         target = policy.resolve(path, for_write=True)
         if target.is_dir():
             raise ToolError(f"{path} is a directory; give a file path")
+        check(target, content)
         clean = redact(target, content) if redact is not None else content
         data = clean.encode("utf-8")
         with _holding(file_lock, target, path):
@@ -102,6 +112,7 @@ def file_tools(
             replace_all: Replace every occurrence instead of requiring exactly one.
         """
         target = policy.resolve(path, for_write=True)
+        check(target, new_text)
         with _holding(file_lock, target, path):
             return _edit(policy, path, old_text, new_text, replace_all, redact)
 
