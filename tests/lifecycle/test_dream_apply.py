@@ -108,3 +108,10 @@ def test_an_empty_template_field_is_filled_in() -> None:
     files = {"USER.md": "# User Profile\n\n- Name:\n- Location / timezone:\n- Languages:\n"}
     out = apply(files, "[USER] Name: Maya", "[USER] location/timezone: Osaka (JST)")
     assert out["USER.md"] == "# User Profile\n\n- Name: Maya\n- Location / timezone: Osaka (JST)\n- Languages:\n"
+
+
+def test_a_history_tag_copied_into_a_finding_is_not_written_into_the_file() -> None:
+    # The local model wrote "[USER] [permanent] I live in Osaka now, not in Tokyo", and the
+    # line placed read "- [permanent] I live in Osaka now".
+    out = apply({"USER.md": USER}, "[USER] [permanent] I live in Osaka now, not in Tokyo")["USER.md"]
+    assert out == "# User\n\n- I live in Osaka now\n- Likes tea\n"

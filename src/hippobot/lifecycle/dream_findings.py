@@ -53,6 +53,9 @@ _PLACEHOLDERS = (
 )
 _FILE_WORDS = (("SOUL", SOUL_MD), ("USER", USER_MD), ("MEMORY", MEMORY_MD))
 _HISTORY_TAGS = ("PERMANENT", "DURABLE", "CORRECTION", "FACT")
+_HISTORY_TAG_IN_BODY = re.compile(r"^(?:\[(?:permanent|durable|correction|fact)\]\s*)+", re.I)
+"""The history's tag copied after the file's: "[USER] [permanent] I live in Osaka now"
+(the local model) is placed as "I live in Osaka now", not with the tag in the line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,7 @@ def parse_finding(line: str) -> Finding | None:
     if m is None:
         return None
     tag, heading = _split_tag(m.group(1))
-    body = m.group(2).strip()
+    body = _HISTORY_TAG_IN_BODY.sub("", m.group(2).strip())
     upper = tag.upper().replace("_", "-").replace(" ", "-")
     if upper == "SKIP" or upper.startswith("EPHEMERAL") or not body:
         return None
