@@ -288,16 +288,21 @@ async def test_what_the_conversation_replays_is_not_indexed_before_each_answer_b
     assert (await agent.turn("cli:direct", "What is my bicycle called?")).reply == "It is called Comet."
 
 
+async def _chatter(agent: Agent, scripted_model: ScriptedModel) -> None:
+    """Four chats of words no question shares, so the index has more than the facts."""
+    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
+                                 "My favourite tea is sencha.", "We watched a film about whales.")):
+        scripted_model.reply("How nice.")
+        await agent.turn(f"cli:chatter{n}", chatter)
+
+
 async def test_a_value_the_user_corrected_later_is_not_recalled_beside_the_correction(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:
     # Qwen2.5-Coder-1.5B, shown "I live in Osaka now, not in Tokyo." and "I live in Tokyo.",
     # answered "I live in Tokyo."
     agent = make_agent()
-    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
-                                 "My favourite tea is sencha.", "We watched a film about whales.")):
-        scripted_model.reply("How nice.")
-        await agent.turn(f"cli:chatter{n}", chatter)  # words the question does not share
+    await _chatter(agent, scripted_model)  # words the question does not share
     scripted_model.reply("Tokyo is a great place.").reply("Noted, Osaka it is.")
     await agent.turn("cli:earlier", "By the way, I live in Tokyo.")
     await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
@@ -317,10 +322,7 @@ async def test_an_edit_the_agent_made_is_not_recalled_as_something_said(
     # Qwen2.5-Coder-1.5B, shown "[tool call] edit_file({... "User lives in Osaka" ...})" beside
     # "Which city do I live in?", ran that edit again instead of answering.
     agent = make_agent()
-    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
-                                 "My favourite tea is sencha.", "We watched a film about whales.")):
-        scripted_model.reply("How nice.")
-        await agent.turn(f"cli:chatter{n}", chatter)
+    await _chatter(agent, scripted_model)  # words the question does not share
     (agent.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- User lives in Tokyo\n")
     scripted_model.reply_tool_call(
         "edit_file",
@@ -347,10 +349,7 @@ async def test_a_reply_that_said_something_and_called_a_tool_is_recalled_without
     # [tool call] edit_file({...})" beside "Which city do I live in?" and wrote the call out
     # as its answer.
     agent = make_agent()
-    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
-                                 "My favourite tea is sencha.", "We watched a film about whales.")):
-        scripted_model.reply("How nice.")
-        await agent.turn(f"cli:chatter{n}", chatter)
+    await _chatter(agent, scripted_model)  # words the question does not share
     (agent.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- User's bicycle is blue\n")
     scripted_model.reply_tool_call(
         "edit_file",
@@ -374,10 +373,7 @@ async def test_the_summary_of_the_correcting_conversation_is_not_recalled_for_it
     # with a line "I live in Tokyo." too; the entry is written after the correction, but it
     # is that conversation's, and recalled beside it the old value was what the model read.
     agent = make_agent()
-    for n, chatter in enumerate(("The weather is grey today.", "I baked sourdough bread.",
-                                 "My favourite tea is sencha.", "We watched a film about whales.")):
-        scripted_model.reply("How nice.")
-        await agent.turn(f"cli:chatter{n}", chatter)
+    await _chatter(agent, scripted_model)  # words the question does not share
     scripted_model.reply("Noted, Osaka it is.")
     await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
     cursor = agent.memory.append_history(

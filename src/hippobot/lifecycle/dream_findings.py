@@ -53,7 +53,7 @@ _PLACEHOLDERS = (
 )
 _FILE_WORDS = (("SOUL", SOUL_MD), ("USER", USER_MD), ("MEMORY", MEMORY_MD))
 _HISTORY_TAGS = ("PERMANENT", "DURABLE", "CORRECTION", "FACT")
-_HISTORY_TAG_IN_BODY = re.compile(r"^(?:\[(?:permanent|durable|correction|fact)\]\s*)+", re.I)
+_HISTORY_TAG_IN_BODY = lazy_compile(rf"^(?:\[(?:{'|'.join(_HISTORY_TAGS)})\]\s*)+", re.I)
 """The history's tag copied after the file's: "[USER] [permanent] I live in Osaka now"
 (the local model) is placed as "I live in Osaka now", not with the tag in the line."""
 

@@ -39,7 +39,7 @@ class Grounding:
 
 def keep_grounded(before: Mapping[str, str], after: Mapping[str, str], sources: Iterable[str]) -> Grounding:
     """``after`` with every edit that writes something neither ``sources`` (the entries'
-    text) nor the files of ``before`` say undone."""
+    text and the findings) nor the files of ``before`` say undone."""
     # What the files already say counts as said (a merge of two lines is grounded), but not
     # the template's prose: "How I like answers (short, detailed, with examples...)" would
     # ground an invented "- How I like answers: short and detailed, with examples". A

@@ -89,7 +89,7 @@ class DreamResult:
     withheld: list[str] = field(default_factory=list)  # reverted lines Dream tried to re-add
     placed: list[str] = field(default_factory=list)  # what the code wrote for the findings
     edits: EditStats = field(default_factory=EditStats)  # the model's edit phase, if on
-    ungrounded: list[str] = field(default_factory=list)  # edited lines undone: not in the entries
+    ungrounded: list[str] = field(default_factory=list)  # edited lines undone: in neither the entries nor the findings
 
     def accounting(self) -> str:
         """One line per durable fact of the run, then what stays pending and why."""
