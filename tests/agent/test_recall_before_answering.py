@@ -342,6 +342,31 @@ async def test_an_edit_the_agent_made_is_not_recalled_as_something_said(
     assert any(hit.citation == "session cli:later#1" for hit in hits)
 
 
+async def test_what_a_tool_returned_is_not_recalled_beside_a_question(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # An earlier turn's `cat memory/MEMORY.md` was the first line recalled for "What is my
+    # cat called?": a copy of the system prompt's memory, cut mid-heading, above the user's
+    # own words.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    (agent.workspace / "pets.txt").write_text("Pets: my cat is called Luna, a grey tabby.\n")
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:earlier", "My cat is called Luna.")
+    scripted_model.reply_tool_call("read_file", {"path": "pets.txt"}).reply("It says Luna.")
+    await agent.turn("cli:later", "Read pets.txt for me")
+    scripted_model.reply("Luna.")
+    await agent.turn("cli:fresh", "What is my cat called?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    found = agent._recalled["cli:fresh"]
+    assert "My cat is called Luna." in block
+    assert "grey tabby" not in block
+    assert ("session cli:later#2", "a tool's output, not something said") in found.left_out
+    hits = agent.recall.search("grey tabby", k=5, session_key="cli:fresh", include_other_sessions=True)
+    assert any(hit.citation == "session cli:later#2" for hit in hits)  # memory_search finds it
+
+
 async def test_a_reply_that_said_something_and_called_a_tool_is_recalled_without_the_call(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:

@@ -307,6 +307,24 @@ async def test_an_empty_reply_after_tool_steps_is_asked_once_more(make_agent, sc
     agent = make_agent()
     (agent.workspace / "notes.txt").write_text("Locker code: 4417")
     scripted_model.reply_tool_call("read_file", {"path": "notes.txt"}).reply("").reply("It is 4417.")
-    result = await agent.turn("cli:direct", "What is my locker code?")
+    events: list = []
+    result = await agent.turn("cli:direct", "What is my locker code?", on_event=events.append)
     assert result.reply == "It is 4417."
     assert len(scripted_model.requests) == 3
+    # asked the same way again, the local model went on calling tools or ended empty again:
+    # the second time it is told to answer (the tools stay listed, so the prompt is the same)
+    first, second = scripted_model.requests[1].raw, scripted_model.requests[2].raw
+    assert first["tool_choice"] == "auto" and second["tool_choice"] == "none"
+    assert first["messages"] == second["messages"] and first["tools"] == second["tools"]
+    assert any("answer from what its tools returned" in getattr(e, "text", "") for e in events)
+
+
+async def test_a_call_written_as_text_when_told_to_answer_is_never_shown(make_agent, scripted_model):
+    agent = make_agent()
+    (agent.workspace / "notes.txt").write_text("Locker code: 4417")
+    raw = '<tools>\n{"name": "memory_get", "arguments": {"citation": "history#2"}}\n</tools>'
+    scripted_model.reply_tool_call("read_file", {"path": "notes.txt"}).reply("").reply(raw)
+    result = await agent.turn("cli:direct", "What is my locker code?")
+    assert result.reply.startswith("I completed the tool steps but could not produce a final answer")
+    assert "<tools>" not in json.dumps(messages_of(agent))
+    assert len(scripted_model.requests) == 3  # not asked a third time

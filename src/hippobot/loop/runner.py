@@ -36,6 +36,7 @@ from hippobot.providers.base import (
     Usage,
     collect,
 )
+from hippobot.providers.text_tools import offered_tools, recover_tool_calls
 
 if TYPE_CHECKING:
     from hippobot.tools.base import ToolRegistry
@@ -69,6 +70,11 @@ def _repeats(reply: str, tool_text: str) -> bool:
     if len(said) < 20 or len(got) < 20:
         return False
     return said.startswith(got[:120]) or got.startswith(said)
+
+
+def _writes_a_call(reply: str, schemas: list[dict[str, Any]]) -> bool:
+    """Whether ``reply`` is nothing but tool calls written as text."""
+    return bool(reply.strip()) and recover_tool_calls(reply, offered_tools(schemas)) is not None
 
 
 def _call_summary(name: str, arguments: str, limit: int = 80) -> str:
@@ -134,6 +140,7 @@ class Runner:
         schemas = self.tools.schemas() if self.tools is not None else []
         result = RunResult(reply="", iterations=0)
         asked_again = False
+        answer_only = False  # the request asked to answer with text, no more tool calls
         last_error: str | None = None  # the latest tool result, when the call failed
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
@@ -141,6 +148,7 @@ class Runner:
                 model=self.model,
                 messages=messages,
                 tools=schemas,
+                tool_choice="none" if answer_only else "auto",
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
                 stop=self.stop,
@@ -155,6 +163,9 @@ class Runner:
             if not response.tool_calls:
                 result.finish_reason = response.finish_reason
                 reply = response.text
+                if answer_only and _writes_a_call(reply, schemas):
+                    # Told not to call, it wrote a call as text (never shown raw).
+                    reply = ""
                 parroted = last_error is not None and _repeats(reply, last_error)
                 if (
                     (parroted or not reply.strip())
@@ -167,9 +178,14 @@ class Runner:
                     # locker code it had read), or answers with the error its last call got
                     # ("Error: not a citation: ..."): the same request, asked once more,
                     # shares the prompt the server has just cached, so it costs a reply's time.
+                    # After tool steps it is asked with tool_choice "none": asked the same
+                    # again, the local model went on calling memory_get or ended empty a
+                    # second time (2 of 6 memory_eval answers), with the fact in a result.
                     asked_again = True
+                    answer_only = result.tool_calls > 0
                     what = "repeated a tool's error" if parroted else "was empty"
-                    emit(Notice(f"the model's reply {what}; asking it once more"))
+                    how = "to answer from what its tools returned" if answer_only else "once more"
+                    emit(Notice(f"the model's reply {what}; asking it {how}"))
                     continue
                 if not reply.strip():
                     reply = _EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE

@@ -336,7 +336,13 @@ class AutoRecall:
         said = []
         for hit in hits:
             kept = _said(hit)
-            if kept is None:
+            if hit.role == "tool":
+                # A command's output or a file the agent read: for "What is my cat called?"
+                # the first line recalled was an earlier turn's `cat memory/MEMORY.md`,
+                # a copy of what the system prompt holds, cut mid-heading, above the
+                # user's own words. What tools returned is for memory_search to find.
+                out.left_out.append((hit.citation, "a tool's output, not something said"))
+            elif kept is None:
                 out.left_out.append((hit.citation, "a tool call, not something said"))
             else:
                 said.append(kept)
