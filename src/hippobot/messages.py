@@ -111,6 +111,9 @@ class Message(TypedDict):
     _recall: NotRequired[dict[str, Any]]  # memory recalled for a user turn, and why
     _command: NotRequired[bool]  # slash-command echo, hidden from replay
     _truncated: NotRequired[int]  # original size of a truncated tool result
+    # hippobot's own words where the model gave no answer ("I completed the tool steps but
+    # could not produce a final answer."): replayed and shown, never recalled as said
+    _stand_in: NotRequired[bool]
 
 
 _WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")

@@ -342,6 +342,30 @@ async def test_an_edit_the_agent_made_is_not_recalled_as_something_said(
     assert any(hit.citation == "session cli:later#1" for hit in hits)
 
 
+async def test_the_same_words_said_twice_are_recalled_once(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # The summaries of two conversations both held "User's name is Maya"; recalled twice,
+    # they took the room of a third hit.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    scripted_model.reply("Hello Maya.").reply("Hi again, Maya.").reply("Noted.")
+    await agent.turn("cli:one", "My name is Maya.")
+    await agent.turn("cli:two", "my name is  Maya.")
+    await agent.turn("cli:three", "Maya is my name, and I am a nurse.")
+    scripted_model.reply("Maya.")
+    await agent.turn("cli:fresh", "What is my name?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    found = agent._recalled["cli:fresh"]
+    said_twice = {"session cli:one#0", "session cli:two#0"}
+    recalled = {hit.citation for hit in found.hits}
+    assert len(recalled & said_twice) == 1 and "session cli:three#0" in recalled
+    assert block.casefold().count("my name is maya.") == 1
+    first = (recalled & said_twice).pop()
+    assert ((said_twice - {first}).pop(), f"the same words as {first}") in found.left_out
+
+
 async def test_what_a_tool_returned_is_not_recalled_beside_a_question(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:

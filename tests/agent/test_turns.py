@@ -271,6 +271,11 @@ async def test_an_empty_reply_is_asked_once_more_and_never_shown_as_nothing(make
     again = await agent.turn("cli:direct", "And my dog?")
     assert again.reply.startswith("The model gave an empty reply twice")
     assert len(scripted_model.requests) == 4  # asked once more, not in a loop
+    # the note stays in the conversation, marked as hippobot's, and is never recalled as said
+    note = [m for m in messages_of(agent) if m["role"] == "assistant"][-1]
+    assert note["content"] == again.reply and note.get("_stand_in") is True
+    hits = agent.recall.search("model gave an empty reply twice", k=5, session_key="cli:other")
+    assert [h.citation for h in hits if h.kind == "session"] == []
 
 
 async def test_a_reply_that_repeats_a_tools_error_is_asked_once_more(make_agent, scripted_model):

@@ -72,6 +72,16 @@ def _repeats(reply: str, tool_text: str) -> bool:
     return said.startswith(got[:120]) or got.startswith(said)
 
 
+def _stand_in(note: str) -> Message:
+    """The assistant message hippobot stores where the model gave no answer."""
+    return {"role": "assistant", "content": note, "_stand_in": True}
+
+
+def _content(msg: Message) -> str:
+    content = msg.get("content")
+    return content if isinstance(content, str) else ""
+
+
 def _writes_a_call(reply: str, schemas: list[dict[str, Any]]) -> bool:
     """Whether ``reply`` is nothing but tool calls written as text."""
     return bool(reply.strip()) and recover_tool_calls(reply, offered_tools(schemas)) is not None
@@ -187,9 +197,11 @@ class Runner:
                     how = "to answer from what its tools returned" if answer_only else "once more"
                     emit(Notice(f"the model's reply {what}; asking it {how}"))
                     continue
+                final: Message = {"role": "assistant", "content": reply}
                 if not reply.strip():
-                    reply = _EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE
-                stored = await persist({"role": "assistant", "content": reply})
+                    final = _stand_in(_EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE)
+                    reply = _content(final)
+                stored = await persist(final)
                 messages.append(wire_message(stored))
                 result.messages.append(stored)
                 result.reply = reply
@@ -211,7 +223,7 @@ class Runner:
                 last_error = text if not ok and isinstance(text, str) else None
         note = _ITERATION_NOTE.format(n=self.max_iterations)
         emit(Notice(note, level="warning"))
-        stored = await persist({"role": "assistant", "content": note})
+        stored = await persist(_stand_in(note))
         messages.append(wire_message(stored))
         result.messages.append(stored)
         result.reply = note

@@ -347,9 +347,16 @@ class AutoRecall:
             else:
                 said.append(kept)
         superseded = _superseded(said)
+        # Two entries often say the same ("User's name is Maya" in the summaries of two
+        # conversations): the words once, under the better hit, and the room for another.
+        seen: dict[str, str] = {}
         for hit in said:
             if hit.citation in superseded:
                 out.left_out.append((hit.citation, f"superseded by {superseded[hit.citation]}"))
+                continue
+            words = " ".join(hit.snippet.casefold().split())
+            if words in seen:
+                out.left_out.append((hit.citation, f"the same words as {seen[words]}"))
                 continue
             number = _session_number(hit)
             if number is not None and shown.replays(hit.session_key, number):
@@ -373,6 +380,7 @@ class AutoRecall:
                 out.left_out.append((hit.citation, "over the token budget"))
                 continue
             used += cost
+            seen[words] = hit.citation
             out.hits.append(Recalled(hit.citation, hit.score, line, cost))
 
     def _warn_once(self, kind: str, message: str) -> None:

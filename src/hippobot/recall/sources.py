@@ -261,10 +261,13 @@ def message_text(msg: dict[str, Any]) -> str:
     The runtime-context suffix is stripped exactly (``public_text``); assistant tool calls
     are summarised as ``[tool call] name(args…)`` so a search for a file name or command
     the agent used finds the turn; tool results are indexed like any text. The recall
-    tools' own calls and results are left out: they only repeat what a search found.
+    tools' own calls and results are left out: they only repeat what a search found, and so
+    is the note hippobot stores where the model gave no answer (``_stand_in``).
     """
     if msg.get("role") == "tool" and msg.get("name") in RECALL_TOOLS:
         return ""  # an echo of other documents, not a memory of its own
+    if msg.get("_stand_in"):
+        return ""  # hippobot's note where the model gave no answer: nobody said it
     parts = []
     text = public_text(msg)
     if text:
