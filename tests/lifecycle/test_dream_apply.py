@@ -65,6 +65,9 @@ def test_a_correction_replaces_an_old_value_written_with_its_country() -> None:
     files = {"USER.md": "# User\n\n- I live in Tokyo, Japan\n- Lives in Tokyo with my partner Sam\n"}
     out = apply(files, "[USER] User lives in Osaka now, not in Tokyo")["USER.md"]
     assert out == "# User\n\n- User lives in Osaka now\n- Lives in Tokyo with my partner Sam\n"
+    # and a removal of the old value takes the line with its country, not the one with Sam
+    out = apply(files, '[FILE-REMOVE] USER.md: "Lives in Tokyo"')["USER.md"]
+    assert out == "# User\n\n- Lives in Tokyo with my partner Sam\n"
 
 
 def test_recalled_lines_copied_into_a_file_are_replaced_by_the_correction() -> None:

@@ -183,12 +183,20 @@ _QUALIFIER = r",\s*((?:[A-Z][\w'-]*)(?:\s+[A-Z][\w'-]*)?)"
 def _qualifiers(line: str, old: str) -> str:
     """The names ``line`` puts right after a name of ``old``, after a comma: they qualify
     the old value and go with it. A small model archived "I live in Tokyo" as "I live in
-    Tokyo, Japan"; the correction to Osaka must replace that line, while "- Lives in Tokyo
-    with my partner Sam" keeps Sam (and its line)."""
+    Tokyo, Japan"; the correction to Osaka must replace that line (and a removal of "Lives
+    in Tokyo" remove it), while "- Lives in Tokyo with my partner Sam" keeps Sam (and its
+    line)."""
     out = []
     for name in keywords("x " + old)[0]:
         out += re.findall(rf"\b{re.escape(name)}{_QUALIFIER}", line, flags=re.I)
     return " ".join(out)
+
+
+def _unqualified(line: str, old: str) -> str:
+    """``line`` without the :func:`_qualifiers` of ``old``'s names ("I live in Tokyo")."""
+    for name in keywords("x " + old)[0]:
+        line = re.sub(rf"\b({re.escape(name)}){_QUALIFIER}", r"\1", line, flags=re.I)
+    return line
 
 
 def _stale_lines(files: Mapping[str, str], finding: Finding) -> list[tuple[str, int]]:
@@ -283,8 +291,9 @@ def _candidates(text: str, finding: Finding) -> list[tuple[float, int]]:
         line = lines[i]
         if not line.strip() or _level(line):
             continue
-        score = line_similarity(line, finding.text)
-        if score >= 0.85 or states(line, finding.text):
+        bare = _unqualified(line, finding.text)
+        score = line_similarity(bare, finding.text)
+        if score >= 0.85 or states(bare, finding.text):
             out.append((max(score, 0.5), i))
     return out
 
@@ -301,7 +310,7 @@ def _remove(out: Placement, finding: Finding) -> None:
         return
     _, name, i = hits[0]
     lines = out.files[name].splitlines()
-    if not _loses_nothing(lines[i], finding.text):
+    if not _loses_nothing(lines[i], f"{finding.text} {_qualifiers(lines[i], finding.text)}"):
         out.skipped.append(f"{name}: kept {lines[i].strip()!r}: it says more than {finding.text!r}")
         return
     removed = lines.pop(i)
