@@ -113,6 +113,20 @@ def test_an_empty_template_field_is_filled_in() -> None:
     assert out["USER.md"] == "# User Profile\n\n- Name: Maya\n- Location / timezone: Osaka (JST)\n- Languages:\n"
 
 
+def test_a_fact_about_a_field_of_the_user_fills_that_field() -> None:
+    # "User's name is Maya" went under "Learned in conversation" while "- Name:" stayed
+    # empty; the field is where "What is my name?" is read from.
+    files = {"USER.md": "# User Profile\n\n- Name:\n- Work / role:\n\n## Learned in conversation\n"}
+    out = apply(files, "[USER] User's name is Maya", "[USER] User's locker code at work is 4417")
+    assert out["USER.md"] == (
+        "# User Profile\n\n- Name: Maya\n- Work / role:\n\n## Learned in conversation\n"
+        "- User's locker code at work is 4417\n"
+    )
+    # a field already filled is not overwritten: the fact goes in as a line of its own
+    again = apply({"USER.md": "# User\n\n- Name: Mia\n"}, "[USER] My name is Maya")["USER.md"]
+    assert "- Name: Mia" in again and "Maya" in again
+
+
 def test_a_history_tag_copied_into_a_finding_is_not_written_into_the_file() -> None:
     # The local model wrote "[USER] [permanent] I live in Osaka now, not in Tokyo", and the
     # line placed read "- [permanent] I live in Osaka now".

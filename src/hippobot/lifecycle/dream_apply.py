@@ -261,10 +261,17 @@ _FIELD = lazy_compile(r"^(\s*[-*]\s+)([^:\n]{1,40}?)\s*:\s*$")
 _LABELLED = lazy_compile(r"^([^:\n]{1,40}?)\s*:\s*(\S.*)$")
 
 
+# "User's name is Maya", "My name is Maya": a fact about one of the user's fields.
+_POSSESSIVE = lazy_compile(r"^(?:the\s+)?(?:user|my)(?:'s|’s)?\s+([\w /-]{1,40}?)\s+is\s+(\S.*?)\.?$", re.I)
+
+
 def _fill_field(text: str, fact: str) -> str | None:
     """``text`` with an empty template field (``- Name:``) filled in by a fact written as
-    ``Name: Maya``; ``None`` when the file has no such empty field."""
-    m = _LABELLED.match(fact)
+    ``Name: Maya`` or ``User's name is Maya``; ``None`` when the file has no such empty
+    field. USER.md's "- Name:" stayed empty while "User's name is Maya" went under
+    "Learned in conversation", and the name field is what a small model reads for "What is
+    my name?"."""
+    m = _LABELLED.match(fact) or _POSSESSIVE.match(fact.strip())
     if m is None:
         return None
     lines = text.splitlines()
