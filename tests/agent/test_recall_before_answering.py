@@ -22,6 +22,7 @@ from hippobot.agent.api import Api
 from hippobot.context.runtime import RECALLED_HEADER
 from hippobot.memory.history import format_timestamp
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
+from hippobot.recall.auto import recalled_citation
 from hippobot.testing import ScriptedModel
 from hippobot.testing.scripted import RecordedRequest
 from hippobot.testing.server import ScriptedServer
@@ -438,3 +439,37 @@ async def test_the_summary_of_the_correcting_conversation_is_not_recalled_for_it
     assert "I live in Osaka now, not in Tokyo." in block
     assert f"history#{cursor}" not in block, (found.left_out, block)
     assert (f"history#{cursor}", "superseded by session cli:later#0") in found.left_out
+
+
+async def test_a_recalled_lines_words_passed_as_its_citation_expand_that_line(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Qwen2.5-Coder-1.5B called memory_get(citation="user: My cat is called Luna, she is a
+    # grey tabby."), the words of the line recalled for "What is my cat called?", got "not a
+    # citation", and answered "you can call memory_search with the query ...".
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:earlier", "My cat is called Luna, she is a grey tabby.")
+    scripted_model.reply_tool_call("memory_get", {"citation": "user: My cat is called Luna, she is a grey tabby."})
+    scripted_model.reply("Your cat is called Luna.")
+    result = await agent.turn("cli:fresh", "What is my cat called?")
+
+    assert result.reply == "Your cat is called Luna."
+    tool = scripted_model.requests[-1].raw["messages"][-1]
+    assert tool["role"] == "tool"
+    assert tool["content"].startswith("('user: My cat is called Luna, she is a grey tabby.' is what session cli:earlier#0 says.)")
+    assert "session cli:earlier, messages 0-1" in tool["content"] and "Noted." in tool["content"]
+
+
+def test_words_that_two_recalled_lines_say_are_no_citation() -> None:
+    lines = [
+        "- [history#4, Fri 4 December 2026 02:28] Remember this: my locker code at work is 4417.",
+        "- [session cli:s#2, Fri 4 December 2026 02:27] user: Remember this: my locker code at work is 4417.",
+        "- [history#2, Fri 4 December 2026 02:25] User works at Initech as a nurse",
+    ]
+    assert recalled_citation("«Initech» as a nurse", lines) == "history#2"
+    assert recalled_citation("assistant: User works at Initech as a nurse.", lines) == "history#2"
+    assert recalled_citation("4417", lines) is None  # two lines say it: which one is not clear
+    assert recalled_citation("Osaka", lines) is None
+    assert recalled_citation("at", lines) is None  # too short to quote anything

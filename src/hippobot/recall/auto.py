@@ -60,6 +60,7 @@ __all__ = [
     "Recalled",
     "Recollection",
     "Shown",
+    "recalled_citation",
     "recalled_text",
     "search_text",
 ]
@@ -178,6 +179,32 @@ def recalled_text(line: str) -> str:
     if m is None or parse_citation(m.group("cite")) is None:
         return line
     return line[m.end():]
+
+
+_ROLE_PREFIX = lazy_compile(r"^(?:user|assistant|system|tool)\s*:\s*")
+
+
+def _plain(text: str) -> str:
+    text = text.replace("«", "").replace("»", "").casefold()
+    text = " ".join(text.split()).strip(" \t'\"`[]().…")
+    return _ROLE_PREFIX.sub("", text).strip(" '\"`.…")
+
+
+def recalled_citation(argument: str, lines: list[str]) -> str | None:
+    """The citation of the one recalled line (as :func:`format_recalled` wrote it) that
+    ``argument`` quotes, or that quotes it: a small model passes what a line says as the
+    citation to expand ("user: My cat is called Luna, she is a grey tabby.", "4417"). None
+    when no line, or more than one, does."""
+    said = _plain(argument)
+    if len(said) < 3:
+        return None
+    found = set()
+    for line in lines:
+        m = _RECALLED_PREFIX.match(line)
+        text = _plain(recalled_text(line))
+        if m is not None and text and (said in text or text in said):
+            found.add(m.group("cite").strip())
+    return found.pop() if len(found) == 1 else None
 
 
 def _superseded(hits: list[Hit]) -> dict[str, str]:

@@ -8,6 +8,7 @@ left out entirely (search and get alike).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from hippobot.errors import ToolError
 from hippobot.tools.base import Tool
 
+from .auto import recalled_citation
 from .index import RecallIndex
 from .query import Hit, RecallError
 
@@ -143,16 +145,22 @@ def recall_tools(
                 its first brackets); never make one up.
             around: How many messages (or lines) to show on each side (0-20).
         """
-        try:
-            return await asyncio.to_thread(
-                index.get,
-                citation,
-                max(0, min(around, 20)),
-                session_key=session_key,
+        def get(cite: str) -> str:
+            return index.get(
+                cite, max(0, min(around, 20)), session_key=session_key,
                 include_other_sessions=include_other_sessions,
-            )
+            )  # fmt: skip
+
+        try:
+            return await asyncio.to_thread(get, citation)
         except RecallError as exc:
             shown = recalled() if recalled is not None else []
+            # What a recalled line says, passed as its citation: the model decided which
+            # memory to read; the line it quotes tells the code where that memory is.
+            quoted = recalled_citation(citation, shown)
+            if quoted is not None:
+                with contextlib.suppress(RecallError):
+                    return f"({citation!r} is what {quoted} says.)\n" + await asyncio.to_thread(get, quoted)
             raise ToolError(_back_to_what_was_shown(str(exc).rstrip("."), shown)) from exc
 
     return [Tool.from_function(memory_search), Tool.from_function(memory_get)]
