@@ -416,6 +416,32 @@ async def test_a_reply_that_said_something_and_called_a_tool_is_recalled_without
     assert "edit_file" not in block and "[tool call]" not in block
 
 
+async def test_a_reply_whose_call_holds_the_match_is_recalled_as_what_it_said(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # The window cut around the match began inside the call's arguments, past the mark that
+    # said it was a call, and "…path": "…/MEMORY.md", "old_text": "User lives in Tokyo", …
+    # was recalled for "Which city do I live in?".
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    (agent.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- User lives in Tokyo\n")
+    padding = "- " + "; ".join(f"note {n} about the weather" for n in range(7)) + "\n"
+    scripted_model.reply_tool_call(
+        "edit_file",
+        {"path": "memory/MEMORY.md", "new_text": padding + "User lives in Osaka city", "old_text": "Tokyo"},
+        text="Noted, you moved.",
+    ).reply("Done.")
+    await agent.turn("cli:later", "I moved to another town.")
+    scripted_model.reply("You live in Osaka.")
+    await agent.turn("cli:fresh", "Which city do I live in?")
+
+    block = _runtime_block(scripted_model.requests[-1])
+    assert "old_text" not in block and "Osaka city" not in block
+    found = agent._recalled["cli:fresh"]
+    said = [h.line for h in found.hits if h.citation == "session cli:later#1"]
+    assert said == [] or said[0].endswith("assistant: Noted, you moved.")  # what it said, if anything
+
+
 async def test_the_summary_of_the_correcting_conversation_is_not_recalled_for_its_old_value(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:

@@ -407,7 +407,8 @@ class RecallIndex:
         embedder (a caller that could not wait for the vector). ``snippet_chars`` is the
         length of each snippet; ``marks=False`` leaves the matched words unmarked;
         ``statements`` shows a history entry of many lines as its matching lines,
-        untagged (:func:`~hippobot.recall.query.best_lines`);
+        untagged (:func:`~hippobot.recall.query.best_lines`), and an assistant message
+        as what it said, its tool calls left out;
         ``max_terms`` keeps only that many of the query's words, the longest (each word is
         probed in every table, so a long message costs in proportion).
 

@@ -419,6 +419,15 @@ def best_snippet(
 TOOL_CALL_MARK = "[tool call]"
 
 
+def _without_calls(text: str) -> str:
+    """What an indexed assistant message said, without its ``[tool call] …`` lines (the
+    text itself when it only called tools). The snippet is cut from this: cut from the
+    whole, a window around a match began inside a call's arguments (``…path": "…/MEMORY.md",
+    "old_text": "User lives in Tokyo", …``), past the mark that says it is a call."""
+    said = "\n".join(line for line in text.splitlines() if not line.startswith(TOOL_CALL_MARK))
+    return said if said.strip() else text
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One search result. ``citation`` can be passed to ``RecallIndex.get``."""
@@ -585,7 +594,8 @@ def load_hits(
 ) -> list[Hit]:
     """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation
     (and, when ``explain`` is given, each hit's score parts from it). ``statements``: a
-    history entry of many lines is shown as its matching lines (:func:`best_lines`)."""
+    history entry of many lines is shown as its matching lines (:func:`best_lines`), an
+    assistant message as what it said (:func:`_without_calls`)."""
     if not best:
         return []
     ids = [doc_id for doc_id, _ in best]
@@ -604,6 +614,8 @@ def load_hits(
         if doc_id not in rows:
             continue
         _, num, ts, key, role, text, rel, kind = rows[doc_id]
+        if statements and role == "assistant":
+            text = _without_calls(text)
         # A history entry is a list of facts; a message's lines belong together.
         by_line = best_lines(text, parsed, width=snippet_chars) if statements and kind == "history" else None
         snippet, offset = by_line or best_snippet(text, parsed, width=snippet_chars, marks=marks)
