@@ -66,6 +66,15 @@ def test_qwen_tools_tags_are_a_call() -> None:
     ]
 
 
+def test_a_call_in_tool_response_tags_is_a_call_and_a_result_in_them_is_not() -> None:
+    # Qwen2.5-Coder-1.5B wrote its calls inside the tags of a tool's result; the user saw
+    # '<tool_response>\n{"name": "memory_get", ...}\n</tool_response>' as the reply, and it
+    # was recalled beside a later question.
+    text = '<tool_response>\n{"name": "memory_get", "arguments": "{\\"citation\\": \\"Luna\\"}"}\n</tool_response>'
+    assert calls(text) == [("memory_get", {"citation": "Luna"})]
+    assert recover_tool_calls('<tool_response>{"result": "Luna is a grey tabby"}</tool_response>', OFFERED) is None
+
+
 @pytest.mark.parametrize(
     ("text", "call"),
     [

@@ -22,7 +22,8 @@ around an example all stay text. A block shaped like a call (a name and an expli
 arguments key) that names a tool the request did not offer, or whose arguments are not an
 object, is a call too: running it gives the model the registry's error (unknown tool, bad
 arguments) to correct, where showing it would give the user a raw block. Accepted forms of
-one call (in a fenced block, bare, inside ``<tool_call>`` or ``<tools>`` tags, or as a list
+one call (in a fenced block, bare, inside ``<tool_call>`` or ``<tools>`` tags, inside the
+``<tool_response>`` tags of a result when what they hold is a call, or as a list
 of calls):
 
 * ``{"name": N, "arguments": {...}}`` (also ``"parameters"``, ``"args"``, ``"input"``,
@@ -89,7 +90,7 @@ _ARG_KEYS = ("arguments", "parameters", "args", "input", "tool_input", "tool_arg
 _EXTRA_KEYS = frozenset({"type", "id", "call_id"})
 _FENCE = lazy_compile(r"(```|~~~)[ \t]*([\w.+-]*)[ \t]*\n?")
 _FUNCTION_TAG = lazy_compile(r"<function=([\w.-]+)>")
-_CALL_TAG = lazy_compile(r"<(tool_call|tools)>")
+_CALL_TAG = lazy_compile(r"<(tool_call|tools|tool_response)>")
 # A name a model could mean as a tool it was not offered ("memory", "search_memory"): such a
 # call is still taken when its shape says "call" (a name and an explicit arguments key), so
 # the registry answers "unknown tool, available: …" to the model instead of the raw block
@@ -271,7 +272,7 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
 def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
     """Calls in a fenced or tagged body: one JSON value, or several one after another."""
     body = body.strip()
-    if body.startswith(("<tool_call>", "<tools>", "<function=")):  # tags inside a fence
+    if body.startswith(("<tool_call>", "<tools>", "<tool_response>", "<function=")):  # tags inside a fence
         parsed = parse_blocks(body, offered)
         return list(parsed[0]) if parsed is not None and not parsed[1].strip() else []
     found: list[TextToolCall] = []
