@@ -222,6 +222,24 @@ async def test_a_durable_fact_called_ephemeral_by_dream_is_still_filed(make_agen
     assert agent.memory.pending_count() == 0
 
 
+async def test_a_fact_dream_calls_replaced_is_filed_when_nothing_replaced_it(make_agent, scripted_model):
+    # Seen with Qwen2.5-Coder-1.5B: '[SKIP] "The garden was planted with tomatoes and basil
+    # this spring." — it's no longer true, replaced by the new information', in a batch no
+    # line of which came back to the garden; the next session had no garden to answer from.
+    agent = make_agent()
+    plant(agent, "- [durable] The garden was planted with tomatoes and basil this spring.",
+          "- [durable] The weather is awful today, rainy again.")
+    reason = "it's no longer true, replaced by the new information in [memory/MEMORY]."
+    garden = "The garden was planted with tomatoes and basil this spring."
+    scripted_model.reply(f'[MEMORY] The weather is awful today, rainy again\n[SKIP] "{garden}" — {reason}')
+    scripted_model.fallback = lambda request: f'[SKIP] "{garden}" — {reason}'  # asked again, the edit phase
+    result = await agent.dream.run()
+    [outcome] = [o for o in result.outcomes if "garden" in o.fact.text]
+    assert outcome.status == "written", outcome.describe()
+    assert "tomatoes and basil" in (agent.workspace / "memory" / "MEMORY.md").read_text(encoding="utf-8")
+    assert agent.memory.pending_count() == 0
+
+
 async def test_a_declined_permanent_fact_is_kept_and_in_the_next_prompt(make_agent, scripted_model):
     agent = make_agent()
     plant(agent, "- [permanent] I work at Initech as a nurse")

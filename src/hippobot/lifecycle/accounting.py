@@ -166,11 +166,20 @@ def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
     return any(later.replaces(fact) for later in facts)
 
 
-_RETAGGED = lazy_compile(r"\b(ephemeral|(?:no longer|not) relevant|irrelevant)\b", re.I)
+_RETAGGED = lazy_compile(
+    r"\b(ephemeral|(?:no longer|not) relevant|irrelevant"
+    r"|no longer (?:true|valid|accurate|current|the case)|not true any ?more"
+    r"|replaced|outdated|out of date|superseded|obsolete)\b",
+    re.I,
+)
 """Reasons that overrule the archive's tag rather than judge the fact: "ephemeral" is the
 tag consolidation did not give it, and relevance "to the current conversation" is beside
-the point of a file kept for later ones. "Transient mood", "passing weather talk" still
-decline: they say something of the fact itself."""
+the point of a file kept for later ones. A fact "no longer true" or "replaced" is one a
+later line of the batch replaces, and then it is declined anyway; said of a fact no line
+replaces, it is the model's guess (the local model skipped "The garden was planted with
+tomatoes and basil this spring." as "no longer true, replaced by the new information").
+"Transient mood", "passing weather talk" still decline: they say something of the fact
+itself."""
 
 
 def _calls_it_passing(reason: str) -> bool:
