@@ -66,6 +66,19 @@ def test_qwen_tools_tags_are_a_call() -> None:
     ]
 
 
+def test_a_call_with_a_backslash_json_does_not_know_is_still_a_call() -> None:
+    # Qwen2.5-Coder-1.5B wrote "\\[/Runtime Context]" inside a citation; the JSON did not
+    # decode and the user saw the call, and the prose after it, as the answer.
+    text = (
+        '{"name": "memory_get", "arguments": {"citation": "history#5 \\[/Runtime Context]", "around": 1}}'
+        '\n\nThis will update the entry to reflect the new value.'
+    )
+    assert calls(text) == [("memory_get", {"citation": "history#5 [/Runtime Context]", "around": 1})]
+    # an escaped backslash stays one, and what is not JSON even so stays text
+    assert calls('{"name": "read_file", "arguments": {"path": "a\\\\b \\_c"}}') == [("read_file", {"path": "a\\b _c"})]
+    assert recover_tool_calls('{"name": "read_file", "arguments": {"path": "\\[x"', OFFERED) is None
+
+
 def test_a_call_in_tool_response_tags_is_a_call_and_a_result_in_them_is_not() -> None:
     # Qwen2.5-Coder-1.5B wrote its calls inside the tags of a tool's result; the user saw
     # '<tool_response>\n{"name": "memory_get", ...}\n</tool_response>' as the reply, and it

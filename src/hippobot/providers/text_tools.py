@@ -43,6 +43,7 @@ of calls):
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -299,6 +300,9 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
         return _DECODER.raw_decode(text, pos)
     except ValueError:
         pass
+    escaped = _decode_bad_escapes(text, pos)
+    if escaped is not None:
+        return escaped
     if text.startswith("{{", pos):  # a doubled brace: decode the inner object, drop the extra "}"
         try:
             value, end = _DECODER.raw_decode(text, pos + 1)
@@ -312,6 +316,38 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
         # start (Qwen2.5-Coder-1.5B's reply, shown raw to the user until this was read).
         return value, end
     return _decode_bare_words(text, pos)
+
+
+# A backslash JSON does not know (a backslash before "[" or "_"): Qwen2.5-Coder-1.5B escaped
+# a bracket in a citation, and the call was shown to the user raw. Pairs are read left to
+# right, so the second backslash of an escaped one is never taken for an escape of its own.
+_ESCAPE = lazy_compile(r"\\(.)", re.S)
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')
+
+
+def _decode_bad_escapes(text: str, pos: int) -> tuple[Any, int] | None:
+    """The value at ``pos`` read with each unknown escape ``\\x`` taken as ``x``, and where
+    it ends in ``text``; None when there is none or that does not make it JSON either."""
+    rest = text[pos:]
+    cuts: list[int] = []  # where a dropped backslash stood, in ``rest``
+
+    def fix(m: re.Match[str]) -> str:
+        if m.group(1) in _JSON_ESCAPES:
+            return m.group(0)
+        cuts.append(m.start())
+        return m.group(1)
+
+    cleaned = _ESCAPE.sub(fix, rest)
+    if not cuts:
+        return None
+    try:
+        value, end = _DECODER.raw_decode(cleaned)
+    except ValueError:
+        return None
+    # ``end`` counts characters of the cleaned text: the k-th cut stood at cleaned index
+    # cut - k, so each cut before ``end`` adds its backslash back.
+    dropped = sum(1 for k, cut in enumerate(cuts) if cut - k < end)
+    return value, pos + end + dropped
 
 
 _BARE_WORD = lazy_compile(r"[A-Za-z_][\w.-]*")
