@@ -127,6 +127,20 @@ def test_a_fact_about_a_field_of_the_user_fills_that_field() -> None:
     assert "- Name: Mia" in again and "Maya" in again
 
 
+def test_a_self_introduction_fills_the_name_field_too() -> None:
+    # The archive kept the user's own words "Hi! I'm Maya. Please remember that I work at
+    # Initech as a nurse."; placed as a line, they left "- Name:" empty for "What is my name?".
+    files = {"USER.md": "# User Profile\n\n- Name:\n\n## Learned in conversation\n"}
+    out = apply(files, "[USER] Hi! I'm Maya. Please remember that I work at Initech as a nurse")["USER.md"]
+    assert out == (
+        "# User Profile\n\n- Name: Maya\n\n## Learned in conversation\n"
+        "- Hi! I'm Maya. Please remember that I work at Initech as a nurse\n"
+    )
+    # "I'm" without a greeting says something else; and a filled field stays as it is
+    assert "- Name:\n" in apply(files, "[USER] I'm Japanese")["USER.md"]
+    assert "- Name: Mia\n" in apply({"USER.md": "- Name: Mia\n"}, "[USER] Call me Maya")["USER.md"]
+
+
 def test_a_history_tag_copied_into_a_finding_is_not_written_into_the_file() -> None:
     # The local model wrote "[USER] [permanent] I live in Osaka now, not in Tokyo", and the
     # line placed read "- [permanent] I live in Osaka now".

@@ -255,6 +255,11 @@ def _add(out: Placement, finding: Finding) -> None:
     out.files[file] = _insert(out.files.get(file, ""), _as_line(finding.text), finding.heading)
     where = f" under {finding.heading!r}" if finding.heading else ""
     out.done.append(f"{file}: added {finding.text!r}{where}")
+    given = _introduced_name(finding.text)
+    named = _fill_field(out.files[file], f"Name: {given}") if given else None
+    if named is not None:
+        out.files[file] = named
+        out.done.append(f"{file}: filled in 'Name: {given}' (from {finding.text!r})")
 
 
 _FIELD = lazy_compile(r"^(\s*[-*]\s+)([^:\n]{1,40}?)\s*:\s*$")
@@ -263,6 +268,20 @@ _LABELLED = lazy_compile(r"^([^:\n]{1,40}?)\s*:\s*(\S.*)$")
 
 # "User's name is Maya", "My name is Maya": a fact about one of the user's fields.
 _POSSESSIVE = lazy_compile(r"^(?:the\s+)?(?:user|my)(?:'s|’s)?\s+([\w /-]{1,40}?)\s+is\s+(\S.*?)\.?$", re.I)
+
+
+# How people say their name: "Hi! I'm Maya.", "My name is Maya", "Call me Maya". A greeting
+# is asked for before "I'm": "I'm Japanese" says something else.
+_INTRODUCTION = lazy_compile(
+    r"(?:\bmy name is|\bcall me|^(?:hi|hello|hey)\b[\s!,.]*(?:there[\s!,.]*)?(?:i'm|i am))\s+([A-Z][\w'-]+)",
+    re.I,
+)
+
+
+def _introduced_name(fact: str) -> str | None:
+    """The name the user gave in ``fact``, if it is a self-introduction."""
+    m = _INTRODUCTION.search(fact.strip())
+    return m.group(1) if m is not None and m.group(1)[0].isupper() else None
 
 
 def _fill_field(text: str, fact: str) -> str | None:
