@@ -53,6 +53,20 @@ def test_template_with_extra_whitespace_still_counts_as_template(tmp_path):
     assert not is_template("anything", "NO_SUCH_TEMPLATE.md")
 
 
+def test_a_soul_made_from_the_earlier_template_is_still_untouched_and_quotes_no_answer(tmp_path):
+    # The earlier SOUL.md said '"I don't know" beats a confident guess.'; once Dream had
+    # edited the file it was sent, and the local model answered "I don't know." with the fact
+    # in front of it (4 answers in 2 of 9 core runs). A workspace made before still holds that
+    # text, untouched: it is not sent either.
+    earlier = bundled_template("earlier/SOUL.md")
+    assert earlier is not None and "\"I don't know\"" in earlier
+    assert "don't know" not in (bundled_template("SOUL.md") or "")
+    ws = onboarded(tmp_path)
+    write(ws / "SOUL.md", earlier)
+    assert "SOUL.md" not in [name for name, _ in WorkspaceFiles(ws).bootstrap()]
+    assert not is_template(earlier + "- Always answer in French.\n", "SOUL.md")
+
+
 def test_empty_files_are_skipped(tmp_path):
     write(tmp_path / "AGENTS.md", "   \n\n")
     write(tmp_path / "memory" / "MEMORY.md", "")

@@ -146,7 +146,7 @@ async def test_asked_again_a_model_that_echoes_the_prompt_removes_nothing(make_a
     plant(agent, "- [permanent] I work at Initech as a nurse.")
     scripted_model.reply("[SKIP] Luna is a cat named Luna, not Luna.")  # seen from Qwen2.5-Coder-1.5B
     # ... and asked about the missing fact, it echoed the prompt and removed a line of SOUL.md
-    scripted_model.reply('[USER] the fact, for USER.md\n[FILE-REMOVE] SOUL.md: "I don\'t know" beats a confident guess. — reason')
+    scripted_model.reply('[USER] the fact, for USER.md\n[FILE-REMOVE] SOUL.md: "Honest about uncertainty: says so plainly rather than guessing." — reason')
     result = await agent.dream.run()
     assert read(agent, "SOUL.md") == soul
     assert "- I work at Initech as a nurse\n" in read(agent) and "the fact, for USER.md" not in read(agent)

@@ -41,6 +41,7 @@ __all__ = [
     "WorkspaceFiles",
     "bundled_template",
     "is_template",
+    "template_versions",
 ]
 
 log = logging.getLogger(__name__)
@@ -179,15 +180,17 @@ def bundled_template(name: str) -> str | None:
         return None
 
 
-def is_template(text: str, template_name: str) -> bool:
-    """True when ``text`` is the untouched bundled template (whitespace-trimmed compare).
+def template_versions(name: str) -> list[str]:
+    """The bundled template ``name`` and the versions it replaced (``templates/earlier/``):
+    a workspace made before a template changed still holds the earlier one, untouched."""
+    return [t for t in (bundled_template(name), bundled_template(f"earlier/{name}")) if t is not None]
 
-    A missing template is never matched.
-    """
-    template = bundled_template(template_name)
-    if template is None:
-        return False
-    return text.replace("\r\n", "\n").strip() == template.strip()
+
+def is_template(text: str, template_name: str) -> bool:
+    """True when ``text`` is an untouched bundled template, the current one or one it
+    replaced (whitespace-trimmed compare). A missing template is never matched."""
+    text = text.replace("\r\n", "\n").strip()
+    return any(text == template.strip() for template in template_versions(template_name))
 
 
 class WorkspaceFiles:

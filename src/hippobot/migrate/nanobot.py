@@ -255,6 +255,11 @@ def _starter_config() -> bytes:
     return _template_bytes(CONFIG_FILE)
 
 
+def _template_versions(name: str) -> list[bytes]:
+    """The bundled template ``name`` as written by onboarding, and the version it replaced."""
+    return [b for b in (_template_bytes(name), _template_bytes(f"earlier/{name}")) if b]
+
+
 def _template_bytes(name: str) -> bytes:
     try:
         return resources.files("hippobot").joinpath("templates", name).read_bytes()
@@ -305,7 +310,7 @@ def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within
         here = _ours(dst, workspace)
         if here == data:
             return
-        untouched = (label in _TEMPLATES and here == _template_bytes(label)) or (
+        untouched = (label in _TEMPLATES and here in _template_versions(label)) or (
             last is not None and _digest(here) == last
         )
         if not untouched:

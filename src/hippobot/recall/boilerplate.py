@@ -42,11 +42,13 @@ def _template_lines(rel: str) -> frozenset[str]:
         return frozenset()
     # Lazy: the template's owner lives with the prompt's files; recall is imported by
     # commands that never build a prompt.
-    from hippobot.context.loader import bundled_template
+    from hippobot.context.loader import template_versions
 
-    text = bundled_template(rel) or ""
     return frozenset(
-        line.strip() for line in text.splitlines() if line.strip() and not is_heading(line)
+        line.strip()
+        for text in template_versions(rel)
+        for line in text.splitlines()
+        if line.strip() and not is_heading(line)
     )
 
 
