@@ -499,3 +499,26 @@ def test_words_that_two_recalled_lines_say_are_no_citation() -> None:
     assert recalled_citation("4417", lines) is None  # two lines say it: which one is not clear
     assert recalled_citation("Osaka", lines) is None
     assert recalled_citation("at", lines) is None  # too short to quote anything
+
+
+async def test_memory_search_leaves_out_the_conversation_the_model_has_in_front_of_it(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Searching for the garden, the local model was shown its own question among the hits,
+    # expanded that with memory_get, and ended with no answer.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    scripted_model.reply("Lovely.")
+    await agent.turn("cli:earlier", "About the garden: I decided to plant tomatoes and basil.")
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:fresh", "The garden needs water soon.")
+    scripted_model.reply_tool_call("memory_search", {"query": "garden"}).reply("Tomatoes and basil.")
+    result = await agent.turn("cli:fresh", "What did I say about the garden?")
+
+    assert result.reply == "Tomatoes and basil."
+    found = scripted_model.requests[-1].raw["messages"][-1]["content"]
+    assert "[session cli:earlier#0]" in found
+    assert "cli:fresh#" not in found  # this conversation is replayed: in view already
+    # a search from another conversation still finds it
+    hits = agent.recall.search("garden water", k=5, session_key="cli:other")
+    assert any(h.citation == "session cli:fresh#0" for h in hits)

@@ -71,6 +71,7 @@ def build_registry(
     private: Sequence[Path] = (),
     exec_enabled: bool = True,
     recalled: Callable[[], list[str]] | None = None,
+    replayed_from: Callable[[], int] | None = None,
 ) -> ToolRegistry:
     """The tools of one session. ``store_path(rel)``: whether the memory history versions
     that workspace path (``GitStore.is_store_path``; asked only when a file is written).
@@ -78,7 +79,8 @@ def build_registry(
     file tools and from ``exec``'s sandbox, like hippobot's home; without ``exec_enabled``
     the model gets no ``exec``; ``recalled`` gives the memory recalled for the session's latest
     message, which memory_get points the model back to when it asks for a citation that
-    does not exist."""
+    does not exist; ``replayed_from`` the session's first message the request surely
+    replays, which memory_search leaves out (the model has them in front of it)."""
     root = project or workspace.root
     hidden = (settings.home, *private)  # config.json and its keys, other workspaces
     # With a project selected, file tools work in the project; the agent workspace stays
@@ -126,6 +128,7 @@ def build_registry(
             session_key=session_key,
             include_other_sessions=settings.defaults.see_other_sessions,
             recalled=recalled,
+            replayed_from=replayed_from,
         )
     )
     return registry

@@ -77,6 +77,18 @@ def hits_to_json(hits: list[Hit]) -> list[dict[str, Any]]:
     return [asdict(h) for h in hits]
 
 
+_IN_VIEW_EXTRA = 6  # hits asked for beyond k, in place of those the model has in view
+
+
+def _in_view(hit: Hit, session_key: str, replayed_from: int) -> bool:
+    """Whether ``hit`` is a message of this conversation that the request replays."""
+    number = hit.citation.rpartition("#")[2]
+    return (
+        hit.kind == "session" and hit.session_key == session_key
+        and number.isdigit() and int(number) >= replayed_from
+    )  # fmt: skip
+
+
 def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
     """The result of a citation that does not exist: what the model was shown instead.
 
@@ -101,11 +113,15 @@ def recall_tools(
     session_key: str,
     include_other_sessions: bool = True,
     recalled: Callable[[], list[str]] | None = None,
+    replayed_from: Callable[[], int] | None = None,
 ) -> list[Tool]:
     """``memory_search`` and ``memory_get`` bound to ``index`` and the current session.
 
     ``recalled`` gives the lines recalled for the session's latest message (recall before
-    answering): a citation that does not exist is answered with them."""
+    answering): a citation that does not exist is answered with them. ``replayed_from``
+    gives the first message of the session the request surely replays: search leaves
+    those out. The local model, searching for the garden, was shown its own question, and
+    expanded that instead of the answer above it."""
 
     async def memory_search(
         query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
@@ -120,17 +136,22 @@ def recall_tools(
             scope: Where to look: all, history (archived summaries), sessions
                 (conversation messages) or memory (MEMORY.md, USER.md, SOUL.md).
         """
+        wanted = max(1, min(k, _MAX_K))
+        shown_from = replayed_from() if replayed_from is not None else None
         try:
             hits = await asyncio.to_thread(
                 index.search,
                 query,
-                k=max(1, min(k, _MAX_K)),
+                k=wanted + (_IN_VIEW_EXTRA if shown_from is not None else 0),
                 scope=scope,
                 session_key=session_key,
                 include_other_sessions=include_other_sessions,
             )
         except RecallError as exc:
             raise ToolError(str(exc)) from exc
+        if shown_from is not None:
+            hits = [hit for hit in hits if not _in_view(hit, session_key, shown_from)]
+        hits = hits[:wanted]
         if not hits:
             return f"No matches for {query!r}."
         return f"{format_hits(hits)}\n{_GET_HINT}"
