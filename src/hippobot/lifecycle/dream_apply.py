@@ -180,22 +180,24 @@ _QUALIFIER = r",\s*((?:[A-Z][\w'-]*)(?:\s+[A-Z][\w'-]*)?)"
 """A name after a comma: "Tokyo, Japan", "Portland, Oregon", "Initech, Berlin"."""
 
 
+def _qualified(old: str) -> list[re.Pattern[str]]:
+    """Each name of ``old`` with the names a comma puts right after it (group 2)."""
+    return [re.compile(rf"\b({re.escape(name)}){_QUALIFIER}", re.I) for name in keywords("x " + old)[0]]
+
+
 def _qualifiers(line: str, old: str) -> str:
     """The names ``line`` puts right after a name of ``old``, after a comma: they qualify
     the old value and go with it. A small model archived "I live in Tokyo" as "I live in
     Tokyo, Japan"; the correction to Osaka must replace that line (and a removal of "Lives
     in Tokyo" remove it), while "- Lives in Tokyo with my partner Sam" keeps Sam (and its
     line)."""
-    out = []
-    for name in keywords("x " + old)[0]:
-        out += re.findall(rf"\b{re.escape(name)}{_QUALIFIER}", line, flags=re.I)
-    return " ".join(out)
+    return " ".join(m.group(2) for pattern in _qualified(old) for m in pattern.finditer(line))
 
 
 def _unqualified(line: str, old: str) -> str:
     """``line`` without the :func:`_qualifiers` of ``old``'s names ("I live in Tokyo")."""
-    for name in keywords("x " + old)[0]:
-        line = re.sub(rf"\b({re.escape(name)}){_QUALIFIER}", r"\1", line, flags=re.I)
+    for pattern in _qualified(old):
+        line = pattern.sub(r"\1", line)
     return line
 
 

@@ -77,11 +77,6 @@ def _stand_in(note: str) -> Message:
     return {"role": "assistant", "content": note, "_stand_in": True}
 
 
-def _content(msg: Message) -> str:
-    content = msg.get("content")
-    return content if isinstance(content, str) else ""
-
-
 def _writes_a_call(reply: str, schemas: list[dict[str, Any]]) -> bool:
     """Whether ``reply`` is nothing but tool calls written as text."""
     return bool(reply.strip()) and recover_tool_calls(reply, offered_tools(schemas)) is not None
@@ -199,8 +194,8 @@ class Runner:
                     continue
                 final: Message = {"role": "assistant", "content": reply}
                 if not reply.strip():
-                    final = _stand_in(_EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE)
-                    reply = _content(final)
+                    reply = _EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE
+                    final = _stand_in(reply)
                 stored = await persist(final)
                 messages.append(wire_message(stored))
                 result.messages.append(stored)

@@ -52,6 +52,7 @@ from hippobot.config import Settings
 from hippobot.config.keys import drop_nulls, group_paths, known_subset, walk_keys
 from hippobot.config.loader import parse_config, strip_json_comments
 from hippobot.config.schema import Config
+from hippobot.context.loader import template_versions
 from hippobot.errors import ConfigError, UserError
 from hippobot.locks import locked
 from hippobot.safeio import LinkOutside, open_fd, read_regular
@@ -255,11 +256,6 @@ def _starter_config() -> bytes:
     return _template_bytes(CONFIG_FILE)
 
 
-def _template_versions(name: str) -> list[bytes]:
-    """The bundled template ``name`` as written by onboarding, and the version it replaced."""
-    return [b for b in (_template_bytes(name), _template_bytes(f"earlier/{name}")) if b]
-
-
 def _template_bytes(name: str) -> bytes:
     try:
         return resources.files("hippobot").joinpath("templates", name).read_bytes()
@@ -310,7 +306,7 @@ def _copy_file(src: Path, dst: Path, label: str, report: ImportReport, *, within
         here = _ours(dst, workspace)
         if here == data:
             return
-        untouched = (label in _TEMPLATES and here in _template_versions(label)) or (
+        untouched = (label in _TEMPLATES and here in [t.encode() for t in template_versions(label)]) or (
             last is not None and _digest(here) == last
         )
         if not untouched:

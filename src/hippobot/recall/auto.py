@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hippobot.context import tokens
@@ -45,7 +45,7 @@ from hippobot.factmatch import mentions_old_value
 from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import split_correction
 
-from .query import TOOL_CALL_MARK, parse_citation, parse_ts
+from .query import parse_citation, parse_ts
 from .relative_dates import annotate_relative_dates
 
 if TYPE_CHECKING:
@@ -237,15 +237,13 @@ def _summarises(hit: Hit, fix: Hit) -> bool:
 
 
 def _said(hit: Hit) -> Hit | None:
-    """``hit`` without the tool calls an assistant message made (None: it only called
-    tools). What the agent did is found by ``memory_search``; recalled beside a question,
-    the local model took ``[tool call] edit_file({...})`` for something to do and ran the
-    old edit again, or wrote the call out as its answer to "Which city do I live in?"."""
-    if hit.role != "assistant" or TOOL_CALL_MARK not in hit.snippet:
-        return hit
-    lines = [line.partition(TOOL_CALL_MARK)[0].rstrip() for line in hit.snippet.splitlines()]
-    said = "\n".join(line for line in lines if line.strip().lstrip("…").strip())
-    return replace(hit, snippet=said) if said else None
+    """``hit``, or None when it is an assistant message that only called tools: searched
+    with ``statements``, its snippet is what it said, calls left out
+    (:func:`~hippobot.recall.query.load_hits`). What the agent did is found by
+    ``memory_search``; recalled beside a question, the local model took ``[tool call]
+    edit_file({...})`` for something to do and ran the old edit again, or wrote the call out
+    as its answer to "Which city do I live in?"."""
+    return None if hit.role == "assistant" and not hit.snippet.strip() else hit
 
 
 def _session_number(hit: Hit) -> int | None:
@@ -362,17 +360,16 @@ class AutoRecall:
         shown, used = shown_now(), 0
         said = []
         for hit in hits:
-            kept = _said(hit)
             if hit.role == "tool":
                 # A command's output or a file the agent read: for "What is my cat called?"
                 # the first line recalled was an earlier turn's `cat memory/MEMORY.md`,
                 # a copy of what the system prompt holds, cut mid-heading, above the
                 # user's own words. What tools returned is for memory_search to find.
                 out.left_out.append((hit.citation, "a tool's output, not something said"))
-            elif kept is None:
+            elif _said(hit) is None:
                 out.left_out.append((hit.citation, "a tool call, not something said"))
             else:
-                said.append(kept)
+                said.append(hit)
         superseded = _superseded(said)
         # Two entries often say the same ("User's name is Maya" in the summaries of two
         # conversations): the words once, under the better hit, and the room for another.

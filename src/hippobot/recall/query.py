@@ -420,12 +420,11 @@ TOOL_CALL_MARK = "[tool call]"
 
 
 def _without_calls(text: str) -> str:
-    """What an indexed assistant message said, without its ``[tool call] …`` lines (the
-    text itself when it only called tools). The snippet is cut from this: cut from the
-    whole, a window around a match began inside a call's arguments (``…path": "…/MEMORY.md",
-    "old_text": "User lives in Tokyo", …``), past the mark that says it is a call."""
-    said = "\n".join(line for line in text.splitlines() if not line.startswith(TOOL_CALL_MARK))
-    return said if said.strip() else text
+    """What an indexed assistant message said, without its ``[tool call] …`` lines (empty
+    when it only called tools). The snippet is cut from this: cut from the whole, a window
+    around a match began inside a call's arguments (``…path": "…/MEMORY.md", "old_text":
+    "User lives in Tokyo", …``), past the mark that says it is a call."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith(TOOL_CALL_MARK)).strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,7 +594,8 @@ def load_hits(
     """Hits for ``(doc id, score)`` pairs, in that order, with snippet and citation
     (and, when ``explain`` is given, each hit's score parts from it). ``statements``: a
     history entry of many lines is shown as its matching lines (:func:`best_lines`), an
-    assistant message as what it said (:func:`_without_calls`)."""
+    assistant message as what it said (:func:`_without_calls`; an empty snippet when it
+    only called tools)."""
     if not best:
         return []
     ids = [doc_id for doc_id, _ in best]

@@ -18,7 +18,7 @@ from hippobot.tools.base import Tool
 
 from .auto import recalled_citation
 from .index import RecallIndex
-from .query import Hit, RecallError
+from .query import Hit, RecallError, parse_citation
 
 __all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
@@ -82,11 +82,10 @@ _IN_VIEW_EXTRA = 6  # hits asked for beyond k, in place of those the model has i
 
 def _in_view(hit: Hit, session_key: str, replayed_from: int) -> bool:
     """Whether ``hit`` is a message of this conversation that the request replays."""
-    number = hit.citation.rpartition("#")[2]
-    return (
-        hit.kind == "session" and hit.session_key == session_key
-        and number.isdigit() and int(number) >= replayed_from
-    )  # fmt: skip
+    cited = parse_citation(hit.citation)
+    return cited is not None and cited.kind == "session" and cited.session_key == session_key and (
+        cited.number >= replayed_from
+    )
 
 
 def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
