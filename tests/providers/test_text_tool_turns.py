@@ -106,3 +106,23 @@ def test_no_tool_description_carries_an_example_a_model_could_copy(make_agent):
     text = json.dumps(agent.tools_for("cli:direct").schemas())
     for example in ("e.g.", "for example", "history#", "cli:direct#", "MEMORY.md:"):
         assert example not in text, example
+
+
+async def test_a_written_call_with_broken_json_runs_into_an_error_the_model_can_fix(
+    make_agent, scripted_model
+):
+    # Qwen2.5-Coder-1.5B asked for the locker code: a fenced memory_get call quoting a
+    # recalled reply, fences and all, with a stray backtick after its argument. It had
+    # been shown to the user as the answer.
+    agent = make_agent()
+    scripted_model.reply(
+        '```json\n{\n  "name": "memory_get",\n  "arguments": {\n    "citation": "add this fact: '
+        '```plaintext my_locker_code_at_work = 4417``"`\n  }\n}\n```'
+    )
+    scripted_model.reply("Your locker code is 4417.")
+    result, shown = await turn_showing(agent, "cli:direct", "What is my locker code at work?")
+
+    assert result.reply == shown == "Your locker code is 4417."
+    assistant, tool = scripted_model.requests[-1].raw["messages"][-2:]
+    assert assistant["tool_calls"][0]["function"]["name"] == "memory_get"
+    assert tool["role"] == "tool" and "not valid JSON" in tool["content"]

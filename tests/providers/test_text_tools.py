@@ -74,9 +74,10 @@ def test_a_call_with_a_backslash_json_does_not_know_is_still_a_call() -> None:
         '\n\nThis will update the entry to reflect the new value.'
     )
     assert calls(text) == [("memory_get", {"citation": "history#5 [/Runtime Context]", "around": 1})]
-    # an escaped backslash stays one, and what is not JSON even so stays text
+    # an escaped backslash stays one; what is not JSON even so is a broken call, kept as written
     assert calls('{"name": "read_file", "arguments": {"path": "a\\\\b \\_c"}}') == [("read_file", {"path": "a\\b _c"})]
-    assert recover_tool_calls('{"name": "read_file", "arguments": {"path": "\\[x"', OFFERED) is None
+    found = recover_tool_calls('{"name": "read_file", "arguments": {"path": "\\[x"', OFFERED)
+    assert found is not None and found.calls[0].arguments == '{"path": "\\[x"'
 
 
 def test_a_call_in_tool_response_tags_is_a_call_and_a_result_in_them_is_not() -> None:
@@ -181,11 +182,40 @@ def test_an_explanation_before_an_example_call_stays_text_however_it_ends() -> N
         "",
         "Here is an example of the format:\n" + "The agent explains the tool at length. " * 15
         + '\n```json\n{"name": "read_file", "arguments": {"path": "a"}}\n```',
-        '{"name": "read_file", "arguments": {"path": "a"',  # cut off
     ],
 )
 def test_ambiguous_text_stays_text(text: str) -> None:
     assert recover_tool_calls(text, OFFERED) is None
+
+
+def test_a_fence_inside_an_argument_does_not_close_the_call() -> None:
+    # The local model quoted a recalled reply, its code fence included, as the citation.
+    text = '```json\n{"name": "memory_get", "arguments": {"citation": "add: ```plaintext code = 4417```"}}\n```'
+    assert calls(text) == [("memory_get", {"citation": "add: ```plaintext code = 4417```"})]
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        # Qwen2.5-Coder-1.5B asked for the locker code: a stray backtick after the argument
+        (
+            '```json\n{\n  "name": "memory_get",\n  "arguments": {\n    "citation": "code = 4417``"`\n  }\n}\n```',
+            '{\n    "citation": "code = 4417``"`\n  }',
+        ),
+        ('{"name": "read_file", "arguments": {"path": "a"', '{"path": "a"'),  # cut off
+        ('<tool_call>{"name": "read_file", "arguments": {"path": "a",}}</tool_call>', '{"path": "a",}'),
+    ],
+)
+def test_a_call_whose_json_is_broken_is_still_a_call_never_shown(text: str, arguments: str) -> None:
+    found = recover_tool_calls(text, OFFERED)
+    assert found is not None and found.text == ""
+    (call,) = found.calls
+    assert call.arguments == arguments  # as written: the registry says where it breaks
+
+
+def test_broken_json_that_is_no_call_to_an_offered_tool_stays_text() -> None:
+    assert recover_tool_calls('{"name": "Luna", "arguments": {"age": 3', OFFERED) is None
+    assert recover_tool_calls('{"name": "Luna", "species": "cat', OFFERED) is None
 
 
 def test_a_result_the_model_imagined_after_its_call_is_not_shown() -> None:

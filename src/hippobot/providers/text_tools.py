@@ -248,7 +248,7 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
     fence = _FENCE.match(rest)
     if fence is not None:
         body_start = pos + fence.end()
-        end = text.find(fence.group(1), body_start)
+        end = _closing_fence(text, fence.group(1), body_start)
         stop = len(text) if end < 0 else end
         after = len(text) if end < 0 else end + len(fence.group(1))
         return _calls_in_body(text[body_start:stop], offered), after
@@ -264,7 +264,8 @@ def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextT
     if rest.startswith(("{", "[")):
         decoded = _decode_at(text, pos)
         if decoded is None:
-            return [], len(text)
+            broken = _broken_call(rest, offered)
+            return ([broken] if broken else []), len(text)
         value, after = decoded
         return _calls_in_value(value, offered), after
     return None
@@ -281,7 +282,8 @@ def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
     while pos < len(body):
         decoded = _decode_at(body, pos)
         if decoded is None:
-            return []
+            broken = None if found else _broken_call(body, offered)
+            return [broken] if broken else []
         value, pos = decoded
         calls = _calls_in_value(value, offered)
         if not calls:
@@ -292,6 +294,37 @@ def _calls_in_body(body: str, offered: Collection[str]) -> list[TextToolCall]:
     return found
 
 
+def _closing_fence(text: str, fence: str, body_start: int) -> int:
+    """Where the fence opened before ``body_start`` closes, -1 when it does not: at a line
+    of its own when there is one. The local model's call quoted a recalled reply, fences
+    and all, as its argument (Markdown closes a fence only on a line of its own, too)."""
+    own_line = re.compile(rf"^[ \t]*{re.escape(fence)}[ \t]*$", re.M).search(text, body_start)
+    return own_line.start() if own_line is not None else text.find(fence, body_start)
+
+
+_BROKEN_CALL = lazy_compile(
+    rf"\{{\s*\"(?:{'|'.join(_NAME_KEYS)})\"\s*:\s*\"(?P<name>[\w.-]+)\"\s*,\s*"
+    rf"\"(?:{'|'.join(_ARG_KEYS)})\"\s*:\s*(?P<args>.*)",
+    re.S,
+)
+
+
+def _broken_call(block: str, offered: Collection[str]) -> TextToolCall | None:
+    """A call to an offered tool whose JSON does not parse (cut off by the reply limit, or
+    with a stray character: ``"citation": "… 4417``"`` followed by a backtick): it opens
+    like a call, name then arguments. It is a call all the same, its arguments kept as
+    written, so the registry tells the model they are not valid JSON and where; shown, it
+    would be a raw block in front of the user."""
+    m = _BROKEN_CALL.match(block.strip())
+    if m is None or m.group("name") not in offered:
+        return None
+    args = m.group("args").strip()
+    if args.endswith("}") and args.count("}") > args.count("{"):
+        args = args[:-1].rstrip()  # the brace that closes the call, not its arguments
+    return TextToolCall(m.group("name"), args)
+
+
+_DECODER = json.JSONDecoder()
 _DECODER = json.JSONDecoder()
 
 
