@@ -522,3 +522,46 @@ async def test_memory_search_leaves_out_the_conversation_the_model_has_in_front_
     # a search from another conversation still finds it
     hits = agent.recall.search("garden water", k=5, session_key="cli:other")
     assert any(h.citation == "session cli:fresh#0" for h in hits)
+
+
+async def test_memory_search_never_shows_the_question_being_answered(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # The first question of a fresh session: no earlier request measured its size, so the
+    # replay could not be counted on, and the local model was shown its own question.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)
+    scripted_model.reply("Lovely.")
+    await agent.turn("cli:earlier", "About the garden: I decided to plant tomatoes and basil.")
+    scripted_model.reply_tool_call("memory_search", {"query": "garden"}).reply("Tomatoes and basil.")
+    result = await agent.turn("cli:question", "What did I say about the garden?")
+
+    assert result.reply == "Tomatoes and basil."
+    found = scripted_model.requests[-1].raw["messages"][-1]["content"]
+    assert "[session cli:earlier#0]" in found
+    assert "cli:question#" not in found
+    # the question is memory all the same: another conversation's search finds it
+    hits = agent.recall.search("what did I say garden", k=8, session_key="cli:other")
+    assert any(h.citation == "session cli:question#0" for h in hits)
+
+
+async def test_what_the_user_said_is_recalled_above_a_reply_that_ranks_higher(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Asked where she works, the local model copied the first recalled line: a reply about
+    # her locker code, ranked above her own words.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)
+    scripted_model.reply("Nice to meet you, Maya.")
+    await agent.turn("cli:one", "Hi! I'm Maya. I work at Initech as a nurse.")
+    scripted_model.reply("To remember the locker at work: work locker, work code, at work.")
+    await agent.turn("cli:two", "Remember this: my locker code is 4417.")
+    scripted_model.reply("At Initech.")
+    await agent.turn("cli:fresh", "Where do I work?")
+
+    found = agent._recalled["cli:fresh"]
+    ranked = sorted(found.hits, key=lambda hit: -hit.score)
+    assert [hit.citation for hit in ranked][:2] == ["session cli:two#1", "session cli:one#0"]
+    assert [hit.citation for hit in found.hits][:2] == ["session cli:one#0", "session cli:two#1"]
+    block = _runtime_block(scripted_model.requests[-1])
+    assert block.index("I work at Initech") < block.index("work locker")

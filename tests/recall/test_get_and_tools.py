@@ -124,6 +124,15 @@ def test_a_citation_copied_with_its_date_still_expands(two_chats: Workspace, ind
         assert index.get(dated, around=0) == index.get(hit.citation, around=0)
 
 
+def test_a_whole_search_result_passed_as_citation_expands_its_citation(
+    two_chats: Workspace, index: RecallIndex
+) -> None:
+    # The local model passed a memory_search result line on whole, its text and all.
+    for line in format_hits(index.search("kyoto", k=5)).splitlines():
+        cited = line[1 : line.index("]")]
+        assert index.get(line, around=0) == index.get(cited, around=0)
+
+
 def test_hits_to_json_is_serialisable(two_chats: Workspace, index: RecallIndex) -> None:
     data = hits_to_json(index.search("kyoto"))
 

@@ -341,7 +341,7 @@ class Agent:
                 private=self.private_paths,
                 exec_enabled=self.exec_enabled,
                 recalled=lambda: self.recalled_lines(key),
-                replayed_from=lambda: self.prompts.surely_replayed_from(self.sessions.get(key)),
+                replayed_from=lambda: self.prompts.in_view_during_turn(self.sessions.get(key)),
             )
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions

@@ -242,6 +242,18 @@ class PromptAssembler:
             start += 1  # the replay opens at a user message: what comes before is left out
         return start
 
+    def in_view_during_turn(self, session: Session) -> int:
+        """The first message every request of the session's current turn surely replays:
+        :meth:`surely_replayed_from`, and never later than the turn's own user message
+        (no budget cuts the message being answered, nor what its tools returned). A tool
+        asks this mid-turn; searching for the garden, the local model was shown its own
+        question, in a fresh session whose replay could not be counted on yet."""
+        start, messages = self.surely_replayed_from(session), session.messages
+        for number in range(len(messages) - 1, -1, -1):  # back to the turn's user message
+            if messages[number].get("role") == "user":
+                return min(start, number)
+        return start
+
     def clearly_fits(self, session: Session) -> bool:
         """True when the last request's reported size plus what came since is far below the
         budget: then the replay needs no token cap and nothing has to be counted exactly

@@ -115,6 +115,7 @@ class Recalled:
     score: float
     line: str  # exactly as it appears in the runtime context
     tokens: int
+    role: str | None = None  # who said it, for a session message
 
 
 @dataclass(slots=True)
@@ -405,7 +406,12 @@ class AutoRecall:
                 continue
             used += cost
             seen[words] = hit.citation
-            out.hits.append(Recalled(hit.citation, hit.score, line, cost))
+            out.hits.append(Recalled(hit.citation, hit.score, line, cost, hit.role))
+        # What the user said first, the replies after: which lines are recalled is decided
+        # by rank, but a small model takes the first line it is shown. Asked where she
+        # works, the local model answered with the recalled reply above her own words
+        # (a reply about her locker code), copied whole.
+        out.hits.sort(key=lambda r: r.role == "assistant")
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind in self._warned:

@@ -456,13 +456,21 @@ class Citation:
 _HISTORY_CITE = lazy_compile(r"history\s*#\s*(\d+)")
 _SESSION_CITE = lazy_compile(r"session\s+(\S.*?)\s*#\s*(\d+)")
 _FILE_CITE = lazy_compile(r"(\S.*?):(\d+)")
+_LEADING_BRACKETS = lazy_compile(r"[`'\"]*\[([^\],\[]+)[\],]")
 
 
 def parse_citation(text: str) -> Citation | None:
     """Parse a citation as printed by search; ``None`` if it is not one. A citation copied
     with search's match marks in it (``«session» cli:direct#4``) is the citation, and so is
-    one copied with the date shown after it (``history#5, Wed 2 December 2026 22:20``)."""
-    s = text.replace("«", "").replace("»", "").strip().strip("[]()`'\"").strip()
+    one copied with the date shown after it (``history#5, Wed 2 December 2026 22:20``), or
+    with the rest of the result line it opens (``[history#3] [other session cli:s] …``)."""
+    unmarked = text.replace("«", "").replace("»", "").strip()
+    if m := _LEADING_BRACKETS.match(unmarked):
+        # A whole search result passed on: its first brackets are the citation.
+        head = _parse_bare_citation(m.group(1).strip())
+        if head is not None:
+            return head
+    s = unmarked.strip("[]()`'\"").strip()
     if "," in s:
         # the part before the comma first: "MEMORY.md:3, Wed 2 December 2026 22:20" would
         # otherwise read as line 20 of a file named "MEMORY.md:3, Wed 2 December 2026 22"
