@@ -13,7 +13,7 @@ import pytest
 from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
 from hippobot.errors import ProviderError, UserError
-from hippobot.loop.events import ToolStarted
+from hippobot.loop.events import ReplyDelta, ToolStarted
 from hippobot.messages import RUNTIME_CONTEXT_HEADER
 from hippobot.session.keys import key_to_relpath
 
@@ -286,7 +286,8 @@ async def test_a_reply_that_repeats_a_tools_error_is_asked_once_more(make_agent,
 
     def answer(request):
         said = answers.pop(0)
-        return request.raw["messages"][-1]["content"] if said is None else said
+        tool = next(m for m in reversed(request.raw["messages"]) if m["role"] == "tool")
+        return tool["content"] if said is None else said
 
     scripted_model.fallback = answer
     scripted_model.reply_tool_call("memory_get", {"citation": "my cat Luna"})
@@ -294,7 +295,7 @@ async def test_a_reply_that_repeats_a_tools_error_is_asked_once_more(make_agent,
     result = await agent.turn("cli:direct", "What is my cat called?", on_event=events.append)
     assert result.reply == "Your cat is called Luna."
     assert len(scripted_model.requests) == 3
-    assert scripted_model.requests[1].raw["messages"] == scripted_model.requests[2].raw["messages"]
+    assert scripted_model.requests[1].raw["messages"] == scripted_model.requests[2].raw["messages"][:-1]
     assert any("repeated a tool's error" in getattr(e, "text", "") for e in events)
     replies = [m["content"] for m in messages_of(agent) if m["role"] == "assistant" and m.get("content")]
     assert replies == ["Your cat is called Luna."]  # the copied error is not kept as a reply
@@ -317,11 +318,19 @@ async def test_an_empty_reply_after_tool_steps_is_asked_once_more(make_agent, sc
     assert result.reply == "It is 4417."
     assert len(scripted_model.requests) == 3
     # asked the same way again, the local model went on calling tools or ended empty again:
-    # the second time it is told to answer (the tools stay listed, so the prompt is the same)
+    # the second time it is told to answer (the tools stay listed and the messages are the
+    # same up to that last one, so the cached prompt still serves)
     first, second = scripted_model.requests[1].raw, scripted_model.requests[2].raw
     assert first["tool_choice"] == "auto" and second["tool_choice"] == "none"
-    assert first["messages"] == second["messages"] and first["tools"] == second["tools"]
+    assert second["messages"][:-1] == first["messages"] and first["tools"] == second["tools"]
+    told = second["messages"][-1]
+    assert told["role"] == "user" and "Do not call a tool" in told["content"]
     assert any("answer from what its tools returned" in getattr(e, "text", "") for e in events)
+    # the words that told it are not the user's: never stored, never replayed
+    assert not any("Do not call a tool" in str(m.get("content")) for m in messages_of(agent))
+    scripted_model.reply("You're welcome.")
+    await agent.turn("cli:direct", "Thanks!")
+    assert "Do not call a tool" not in json.dumps(scripted_model.requests[-1].raw["messages"])
 
 
 async def test_a_call_written_as_text_when_told_to_answer_is_never_shown(make_agent, scripted_model):
@@ -329,7 +338,12 @@ async def test_a_call_written_as_text_when_told_to_answer_is_never_shown(make_ag
     (agent.workspace / "notes.txt").write_text("Locker code: 4417")
     raw = '<tools>\n{"name": "memory_get", "arguments": {"citation": "history#2"}}\n</tools>'
     scripted_model.reply_tool_call("read_file", {"path": "notes.txt"}).reply("").reply(raw)
-    result = await agent.turn("cli:direct", "What is my locker code?")
+    shown: list[str] = []
+    result = await agent.turn(
+        "cli:direct", "What is my locker code?",
+        on_event=lambda ev: shown.append(ev.text) if isinstance(ev, ReplyDelta) else None,
+    )  # fmt: skip
     assert result.reply.startswith("I completed the tool steps but could not produce a final answer")
+    assert "<tools>" not in "".join(shown)  # not even streamed to the screen
     assert "<tools>" not in json.dumps(messages_of(agent))
     assert len(scripted_model.requests) == 3  # not asked a third time

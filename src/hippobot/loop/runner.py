@@ -51,6 +51,15 @@ _ITERATION_NOTE = (
 )
 _EMPTY_NOTE = "I completed the tool steps but could not produce a final answer. Please try again."
 _NO_TEXT_NOTE = "The model gave an empty reply twice. Please try again, or rephrase the message."
+# Sent after the tool steps when the model was asked to answer, and never stored: the local
+# model repeats its call after a tool result "unless told to answer", and tool_choice "none"
+# alone did not tell it (it ended empty, or wrote the call as text, in 3 of 4 runs' garden
+# question, with the fact in a tool result).
+_ANSWER_NOW: Message = {
+    "role": "user",
+    "content": "Now answer my message above in plain words, from what the tool results say. "
+    "Do not call a tool.",
+}
 
 
 def truncate_tool_result(text: str, limit: int) -> tuple[str, int | None]:
@@ -151,7 +160,7 @@ class Runner:
             result.iterations = iteration
             request = ChatRequest(
                 model=self.model,
-                messages=messages,
+                messages=[*messages, _ANSWER_NOW] if answer_only else messages,
                 tools=schemas,
                 tool_choice="none" if answer_only else "auto",
                 max_tokens=self.max_tokens,
@@ -183,9 +192,10 @@ class Runner:
                     # locker code it had read), or answers with the error its last call got
                     # ("Error: not a citation: ..."): the same request, asked once more,
                     # shares the prompt the server has just cached, so it costs a reply's time.
-                    # After tool steps it is asked with tool_choice "none": asked the same
-                    # again, the local model went on calling memory_get or ended empty a
-                    # second time (2 of 6 memory_eval answers), with the fact in a result.
+                    # After tool steps it is asked with tool_choice "none", and told so in
+                    # a last message that is not stored (_ANSWER_NOW): asked the same again,
+                    # the local model went on calling memory_get or ended empty a second
+                    # time (2 of 6 memory_eval answers), with the fact in a result.
                     asked_again = True
                     answer_only = result.tool_calls > 0
                     what = "repeated a tool's error" if parroted else "was empty"

@@ -566,7 +566,7 @@ class TextToolCallProvider:
         self.name = inner.name
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        if not request.tools or request.tool_choice == "none":
+        if not request.tools:
             return self.inner.stream(request)
         return self._stream(request)
 
@@ -594,6 +594,13 @@ class TextToolCallProvider:
                 if recovered is None:
                     if held and not _EMPTY_MARKUP.match(held):
                         yield TextDelta(held)
+                    if usage is not None:
+                        yield usage
+                    yield ev
+                    continue
+                if request.tool_choice == "none":
+                    # Told to answer, it wrote a call: nothing to run, nothing to show (the
+                    # reply is what it said before the call, if anything).
                     if usage is not None:
                         yield usage
                     yield ev
