@@ -55,7 +55,7 @@ _NO_TEXT_NOTE = "The model gave an empty reply twice. Please try again, or rephr
 # model repeats its call after a tool result "unless told to answer", and tool_choice "none"
 # alone did not tell it (it ended empty, or wrote the call as text, in 3 of 4 runs' garden
 # question, with the fact in a tool result).
-_ANSWER_NOW: Message = {
+_ANSWER_NOW: dict[str, Any] = {
     "role": "user",
     "content": "Now answer my message above in plain words, from what the tool results say. "
     "Do not call a tool.",
