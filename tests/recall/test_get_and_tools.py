@@ -209,3 +209,25 @@ async def test_tools_run_through_the_registry(two_chats: Workspace, index: Recal
     assert not found.is_error and found.text.startswith("[memory/MEMORY.md:4]")
     assert bad.is_error and "no history entry #12345" in bad.text
     assert wrong_scope.is_error
+
+
+def test_the_window_around_a_message_shows_what_was_said_not_the_tool_steps(
+    ws: Workspace, index: RecallIndex
+) -> None:
+    # Expanding the garden, the local model answered with the window's first line: the
+    # arguments of an edit_file call made a message earlier.
+    ws.add_message("cli:s", "user", "The weather is awful today.")
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "edit_file", "arguments": '{"old_text": "The weather is awful"}'}}  # fmt: skip
+    ws.add_message("cli:s", "assistant", "", tool_calls=[call])
+    ws.add_message("cli:s", "tool", "Error: MEMORY.md does not exist", tool_call_id="c1", name="edit_file")
+    ws.add_message("cli:s", "assistant", "Sorry about the weather.")
+    ws.add_message("cli:s", "user", "About the garden: I decided to plant tomatoes and basil.")
+
+    window = index.get("session cli:s#4", around=3)
+
+    assert window.splitlines()[0] == "session cli:s, messages 1-4 of 5 (2 tool steps left out)"
+    assert "edit_file" not in window and "does not exist" not in window
+    assert "Sorry about the weather." in window and "#4 user" in window
+    # a tool step is shown when it is the message cited
+    assert "does not exist" in index.get("session cli:s#2", around=0)
