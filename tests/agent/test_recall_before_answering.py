@@ -485,7 +485,7 @@ async def test_a_recalled_lines_words_passed_as_its_citation_expand_that_line(
     tool = scripted_model.requests[-1].raw["messages"][-1]
     assert tool["role"] == "tool"
     assert tool["content"].startswith("('user: My cat is called Luna, she is a grey tabby.' is what session cli:earlier#0 says.)")
-    assert "session cli:earlier, messages 0-1" in tool["content"] and "Noted." in tool["content"]
+    assert "session cli:earlier, message #0 user" in tool["content"] and "Noted." in tool["content"]
 
 
 def test_words_that_two_recalled_lines_say_are_no_citation() -> None:

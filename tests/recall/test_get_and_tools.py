@@ -70,10 +70,13 @@ def test_get_history_entry_in_full(two_chats: Workspace, index: RecallIndex) -> 
 def test_get_session_message_with_neighbours(two_chats: Workspace, index: RecallIndex) -> None:
     text = index.get("session cli:direct#2", around=1)
 
-    assert text.splitlines()[0] == "session cli:direct, messages 1-3 of 5"
+    # the cited message first (a small model answers from the first one it reads)
+    assert text.splitlines()[:2] == ["session cli:direct, message #2 user, 2026-04-02 10:00 (cited)", "done"]
+    assert "Around it (messages 1-3 of 5):" in text
     assert "--- #1 assistant, 2026-04-02 10:00\nbook a ryokan in Kyoto" in text
-    assert "--- #2 user, 2026-04-02 10:00 (cited)\ndone" in text
+    assert "--- #2 user (the cited message, above)\n--- #3 assistant" in text
     assert "#4" not in text and "#0" not in text
+    assert index.get("session cli:direct#2", around=0).splitlines()[1:] == ["done"]
 
 
 def test_get_memory_lines_around(two_chats: Workspace, index: RecallIndex) -> None:
@@ -226,7 +229,7 @@ def test_the_window_around_a_message_shows_what_was_said_not_the_tool_steps(
 
     window = index.get("session cli:s#4", around=3)
 
-    assert window.splitlines()[0] == "session cli:s, messages 1-4 of 5 (2 tool steps left out)"
+    assert "Around it (messages 1-4 of 5, 2 tool steps left out):" in window
     assert "edit_file" not in window and "does not exist" not in window
     assert "Sorry about the weather." in window and "#4 user" in window
     # a tool step is shown when it is the message cited

@@ -535,27 +535,32 @@ def format_history_entry(
 def format_session_window(
     session_key: str, cited: int, total: int, rows: list[tuple[int, float | None, str, str]]
 ) -> str:
-    """Messages ``rows`` = (index, ts, role, text) around ``cited``, role-labelled.
+    """The message ``cited`` first, then ``rows`` = (index, ts, role, text) around it in
+    order, role-labelled.
 
-    Around the cited message, what was said: a neighbour's tool calls and what tools
-    returned are left out (counted in the heading). Expanding the garden, the local model
-    answered with the first line of the window: the arguments of an edit_file call."""
+    The cited message leads: expanding "My cat is called Luna", the local model answered
+    from the first message of the window, two turns earlier. Around it, what was said: a
+    neighbour's tool calls and what tools returned are left out (counted), as the arguments
+    of an edit_file call were the first line the model read for the garden."""
     first, last = rows[0][0], rows[-1][0]
-    out, steps = [], 0
+    head, around, steps = [], [], 0
     for num, ts, role, text in rows:
         label = ", ".join(x for x in (f"#{num} {role}", format_ts(ts)) if x)
         if num == cited:
-            label += " (cited)"
-        else:
-            text = "" if role == "tool" else _without_calls(text) if role == "assistant" else text
-            if not text:
-                steps += 1
-                continue
-            if len(text) > _NEIGHBOUR_CHARS:
-                text = text[:_NEIGHBOUR_CHARS] + f"… [{len(text) - _NEIGHBOUR_CHARS} more chars]"
-        out.append(f"--- {label}\n{text}")
-    left_out = f" ({steps} tool step{'s' if steps != 1 else ''} left out)" if steps else ""
-    return "\n".join([f"session {session_key}, messages {first}-{last} of {total}{left_out}", *out])
+            head = [f"session {session_key}, message {label} (cited)", text]
+            around.append(f"--- #{num} {role} (the cited message, above)")
+            continue
+        text = "" if role == "tool" else _without_calls(text) if role == "assistant" else text
+        if not text:
+            steps += 1
+            continue
+        if len(text) > _NEIGHBOUR_CHARS:
+            text = text[:_NEIGHBOUR_CHARS] + f"… [{len(text) - _NEIGHBOUR_CHARS} more chars]"
+        around.append(f"--- {label}\n{text}")
+    if len(around) == 1:
+        return "\n".join(head)
+    left_out = f", {steps} tool step{'s' if steps != 1 else ''} left out" if steps else ""
+    return "\n".join([*head, "", f"Around it (messages {first}-{last} of {total}{left_out}):", *around])
 
 
 def format_file_lines(path: str, lines: list[str], first: int, last: int, cited: int) -> str:
