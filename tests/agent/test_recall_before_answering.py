@@ -565,3 +565,32 @@ async def test_what_the_user_said_is_recalled_above_a_reply_that_ranks_higher(
     assert [hit.citation for hit in found.hits][:2] == ["session cli:one#0", "session cli:two#1"]
     block = _runtime_block(scripted_model.requests[-1])
     assert block.index("I work at Initech") < block.index("work locker")
+
+
+async def test_a_reply_that_shares_no_word_with_the_question_is_not_recalled(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # The local model's reply in a planted conversation, "To correct the given facts, you
+    # need to update memory/MEMORY.md ...", matched question after question by the edit
+    # call it made (every fact in its arguments), was recalled as what it said, and was
+    # copied as the answer to "What is my name?" and "Where do I work?". A reply is
+    # recalled when what it said shares a word with the message.
+    agent = make_agent()
+    await _chatter(agent, scripted_model)  # words the question does not share
+    scripted_model.reply_tool_call(
+        "write_file",
+        {"path": "memory/notes.md", "content": "- User's name is Maya\n- User works at Initech\n"},
+        text="To correct the given facts, you need to update the memory file. Here's how.",
+    ).reply("Done.")
+    await agent.turn("cli:one", "Hi, I'm Maya and I work at Initech.")
+    scripted_model.reply("Initech sounds like a busy place to work.")
+    await agent.turn("cli:two", "Long shifts this week.")
+    scripted_model.reply("At Initech.")
+    await agent.turn("cli:fresh", "Where do I work at the moment?")
+
+    found = agent._recalled["cli:fresh"]
+    recalled = [hit.citation for hit in found.hits]
+    assert "session cli:one#0" in recalled  # what the user said
+    assert "session cli:two#1" in recalled  # a reply that says "work"
+    assert ("session cli:one#1", "a reply that shares no word with the message") in found.left_out
+    assert "To correct the given facts" not in _runtime_block(scripted_model.requests[-1])

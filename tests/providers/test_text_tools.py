@@ -89,6 +89,34 @@ def test_a_call_in_tool_response_tags_is_a_call_and_a_result_in_them_is_not() ->
     assert recover_tool_calls('<tool_response>{"result": "Luna is a grey tabby"}</tool_response>', OFFERED) is None
 
 
+def test_a_tool_definition_pasted_beside_a_call_is_not_shown_and_the_call_runs() -> None:
+    # Qwen2.5-Coder-1.5B asked about the garden: a sentence, memory_get's schema as the
+    # request sent it inside <tools> tags, then the call in a JSON block; all of it was shown.
+    schema = (
+        '{"type": "function", "function": {"name": "memory_get", "description": "Expand a citation.",'
+        ' "parameters": {"type": "object", "properties": {"citation": {"type": "string"}},'
+        ' "required": ["citation"]}}}'
+    )
+    text = (
+        "To answer the question about the garden, I need to look at my recent history.\n\n"
+        f"<tools>\n{schema}\n</tools>\n"
+        '```json\n{"name": "memory_get", "arguments": {"citation": "history#4"}}\n```'
+    )
+    found = recover_tool_calls(text, OFFERED)
+    assert found is not None
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [("memory_get", {"citation": "history#4"})]
+    assert found.text == "To answer the question about the garden, I need to look at my recent history."
+    # the inner object alone, before the call, is an echo too
+    inner = json.dumps(json.loads(schema)["function"])
+    assert calls(f'{inner}\n{{"name": "read_file", "arguments": {{"path": "USER.md"}}}}') == [
+        ("read_file", {"path": "USER.md"})
+    ]
+    # a definition pasted with no call stays text: nothing to run
+    assert recover_tool_calls(f"<tools>\n{schema}\n</tools>", OFFERED) is None
+    # a definition of a tool that was not offered is no echo of this request
+    assert recover_tool_calls(text.replace('"name": "memory_get", "description"', '"name": "x", "description"'), OFFERED) is None
+
+
 @pytest.mark.parametrize(
     ("text", "call"),
     [

@@ -134,6 +134,13 @@ class TextToolCall:
     arguments: str  # a JSON object, re-serialised
 
 
+# What a block holding a tool's own schema stands for while blocks are parsed: no call, and
+# no reason to keep the reply as text when a call comes with it. Qwen2.5-Coder-1.5B wrote
+# memory_search's definition inside <tools> tags, then the call in a JSON block, and the
+# user was shown both.
+_SCHEMA_ECHO = TextToolCall("", "")
+
+
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """The calls found in a text and the prose around them (kept as the message content)."""
@@ -205,7 +212,7 @@ def parse_blocks(
                 len(text[pos:].strip()) > _MAX_PROSE_AFTER or trigger_start(text[pos:]) is not None
             ):
                 return None
-            return tuple(calls), text[pos:]
+            return _real(calls, text[pos:])
         found, end = step
         if not found:
             # A reply that opened with a call may trail off into a broken block (an unclosed
@@ -213,11 +220,18 @@ def parse_blocks(
             # (Qwen2.5-Coder-1.5B: a memory_get call, then a fenced JSON "result"): the call
             # runs, and neither block is shown.
             if calls and any_prose_after:
-                return tuple(calls), ""
+                return _real(calls, "")
             return None
         calls.extend(found)
         pos = end
-    return (tuple(calls), "") if calls else None
+    return _real(calls, "")
+
+
+def _real(calls: list[TextToolCall], after: str) -> tuple[tuple[TextToolCall, ...], str] | None:
+    """The calls without the schemas echoed beside them; None when only echoes are left
+    (a reply that pastes a tool's definition and calls nothing stays text)."""
+    real = tuple(c for c in calls if c is not _SCHEMA_ECHO)
+    return (real, after) if real else None
 
 
 def _block_at(text: str, pos: int, offered: Collection[str]) -> tuple[list[TextToolCall], int] | None:
@@ -452,9 +466,30 @@ def _calls_in_value(value: Any, offered: Collection[str]) -> list[TextToolCall]:
     return calls
 
 
+def _is_schema_echo(item: dict[str, Any], offered: Collection[str]) -> bool:
+    """An offered tool's definition as the request sent it (``{"type": "function",
+    "function": {"name", "description", "parameters": {"type": "object", ...}}}``, or the
+    inner object alone): a name, a description and a JSON Schema, never arguments."""
+    inner = item.get("function")
+    fn: dict[str, Any] = inner if isinstance(inner, dict) else item
+    if fn is not item and set(item) - {"function", "type"}:
+        return False
+    params, name = fn.get("parameters"), fn.get("name")
+    return (
+        isinstance(name, str)
+        and name in offered
+        and isinstance(fn.get("description"), str)
+        and isinstance(params, dict)
+        and params.get("type") == "object"
+        and set(fn) <= {"name", "description", "parameters", "strict"}
+    )
+
+
 def _as_call(item: Any, offered: Collection[str]) -> TextToolCall | None:
     if not isinstance(item, dict):
         return None
+    if _is_schema_echo(item, offered):
+        return _SCHEMA_ECHO
     fn = item.get("function")
     if isinstance(fn, dict):  # {"type": "function", "function": {"name": ..., "arguments": ...}}
         if set(item) - {"function"} - _EXTRA_KEYS:

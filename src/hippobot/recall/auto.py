@@ -45,7 +45,7 @@ from hippobot.factmatch import mentions_old_value
 from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import split_correction
 
-from .query import parse_citation, parse_ts
+from .query import ParsedQuery, parse_citation, parse_query, parse_ts, shares_a_word
 from .relative_dates import annotate_relative_dates
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ class AutoRecall:
             out.mode, out.note = "failed", f"{type(exc).__name__}: {exc}"
             self._warn_once("failed", f"recall before answering skipped: memory search failed: {out.note}")
         else:
-            self._choose(hits, session_key, shown, out)
+            self._choose(hits, parse_query(query), shown, out)
         out.seconds = time.monotonic() - started
         return out
 
@@ -354,7 +354,7 @@ class AutoRecall:
         return index, self._search(index, query, session_key, None, replayed_from)
 
     def _choose(
-        self, hits: list[Hit], session_key: str, shown_now: Callable[[], Shown], out: Recollection
+        self, hits: list[Hit], query: ParsedQuery, shown_now: Callable[[], Shown], out: Recollection
     ) -> None:
         if not hits:
             return
@@ -369,6 +369,13 @@ class AutoRecall:
                 out.left_out.append((hit.citation, "a tool's output, not something said"))
             elif _said(hit) is None:
                 out.left_out.append((hit.citation, "a tool call, not something said"))
+            elif hit.role == "assistant" and not shares_a_word(hit.snippet, query):
+                # A reply only the vectors found. What the local model said in the planted
+                # conversations ("To correct the given facts, you need to update
+                # memory/MEMORY.md ...") sat near every question in vector space, was
+                # recalled for the name, the work and the cat, and was copied as the
+                # answer to two of them. What the user said stays recalled by meaning.
+                out.left_out.append((hit.citation, "a reply that shares no word with the message"))
             else:
                 said.append(hit)
         superseded = _superseded(said)

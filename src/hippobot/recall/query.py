@@ -317,6 +317,12 @@ def _match_spans(flat: str, query: ParsedQuery) -> list[tuple[int, int, int]]:
     return spans
 
 
+def shares_a_word(text: str, query: ParsedQuery) -> bool:
+    """Whether ``text`` holds one of the query's terms (as a word or its stem), as
+    snippets mark them: a hit that only vectors found holds none."""
+    return bool(query) and bool(_match_spans(unicodedata.normalize("NFKC", text).casefold(), query))
+
+
 def best_lines(text: str, query: ParsedQuery, *, width: int = 280) -> tuple[str, int] | None:
     """The lines of a many-line ``text`` that match the query, as statements.
 
