@@ -408,7 +408,7 @@ async def test_a_reply_that_said_something_and_called_a_tool_is_recalled_without
     ).reply("Noted.")
     await agent.turn("cli:later", "I painted my bicycle red.")
     scripted_model.reply("It is red.")
-    await agent.turn("cli:fresh", "What colour is my bicycle now?")
+    await agent.turn("cli:fresh", "What colour is the bicycle now?")
 
     block = _runtime_block(scripted_model.requests[-1])
     assert "session cli:later#1" in block
@@ -554,10 +554,11 @@ async def test_what_the_user_said_is_recalled_above_a_reply_that_ranks_higher(
     await _chatter(agent, scripted_model)
     scripted_model.reply("Nice to meet you, Maya.")
     await agent.turn("cli:one", "Hi! I'm Maya. I work at Initech as a nurse.")
-    scripted_model.reply("To remember the locker at work: work locker, work code, at work.")
+    scripted_model.reply("Maya's locker at work: work locker, work code, at work.")
     await agent.turn("cli:two", "Remember this: my locker code is 4417.")
     scripted_model.reply("At Initech.")
-    await agent.turn("cli:fresh", "Where do I work?")
+    # asked in the third person, as LoCoMo asks: replies are recalled, below what was said
+    await agent.turn("cli:fresh", "Where does Maya work?")
 
     found = agent._recalled["cli:fresh"]
     ranked = sorted(found.hits, key=lambda hit: -hit.score)
@@ -583,10 +584,10 @@ async def test_a_reply_that_shares_no_word_with_the_question_is_not_recalled(
         text="To correct the given facts, you need to update the memory file. Here's how.",
     ).reply("Done.")
     await agent.turn("cli:one", "Hi, I'm Maya and I work at Initech.")
-    scripted_model.reply("Initech sounds like a busy place to work.")
+    scripted_model.reply("Maya, Initech sounds like a busy place to work.")
     await agent.turn("cli:two", "Long shifts this week.")
     scripted_model.reply("At Initech.")
-    await agent.turn("cli:fresh", "Where do I work at the moment?")
+    await agent.turn("cli:fresh", "Where does Maya work?")
 
     found = agent._recalled["cli:fresh"]
     recalled = [hit.citation for hit in found.hits]
@@ -594,3 +595,16 @@ async def test_a_reply_that_shares_no_word_with_the_question_is_not_recalled(
     assert "session cli:two#1" in recalled  # a reply that says "work"
     assert ("session cli:one#1", "a reply that shares no word with the message") in found.left_out
     assert "To correct the given facts" not in _runtime_block(scripted_model.requests[-1])
+
+    # Asked in the first person, about herself, what she said answers; no reply is recalled
+    # (the local model copied "To remember that Luna is a grey tabby cat, I've added the
+    # following to MEMORY.md: ..." as its answer to "What is my cat called?").
+    scripted_model.reply("At Initech.")
+    await agent.turn("cli:mine", "Where do I work?")
+    mine = agent._recalled["cli:mine"]
+    assert [hit.role for hit in mine.hits] and all(hit.role != "assistant" for hit in mine.hits)
+    assert ("session cli:two#1", "a reply, and the message asks about the user") in mine.left_out
+    # asked about what the agent said, its replies are what answers
+    scripted_model.reply("That Initech sounds busy.")
+    await agent.turn("cli:yours", "What did you say about Initech?")
+    assert "session cli:two#1" in [hit.citation for hit in agent._recalled["cli:yours"].hits]
