@@ -90,6 +90,26 @@ async def test_qwens_tools_block_runs_and_a_made_up_citation_leads_back_to_the_r
     assert "[session cli:earlier#0, " in tool["content"] and "My cat is called Luna" in tool["content"]
 
 
+async def test_a_search_that_finds_nothing_leads_back_to_the_recalled_memory(make_agent, scripted_model):
+    """Seen with Qwen2.5-Coder-1.5B: asked which city she lives in, it searched "city", got
+    no match, and said it did not know, with "I live in Osaka now" recalled in front of it."""
+    agent = make_agent()
+    scripted_model.reply("Noted.")
+    await agent.turn("cli:earlier", "Correction: I moved. I live in Osaka now, not in Tokyo.")
+    scripted_model.reply('```json\n{"name": "memory_search", "arguments": {"query": "zzzz"}}\n```')
+    scripted_model.reply("You live in Osaka.")
+    result = await agent.turn("cli:fresh", "Which city do I live in now?")
+    assert result.reply == "You live in Osaka."
+    tool = scripted_model.requests[-1].raw["messages"][-1]
+    assert tool["role"] == "tool" and tool["content"].startswith("No matches for 'zzzz'. The memory recalled")
+    assert "[session cli:earlier#0, " in tool["content"] and "I live in Osaka now" in tool["content"]
+    # with nothing recalled, the result is the plain one
+    scripted_model.reply('```json\n{"name": "memory_search", "arguments": {"query": "zzzz"}}\n```')
+    scripted_model.reply("I do not know.")
+    await agent.turn("cli:other", "qqqq?")
+    assert scripted_model.requests[-1].raw["messages"][-1]["content"] == "No matches for 'zzzz'."
+
+
 async def test_a_written_call_to_a_tool_that_does_not_exist_is_answered_not_shown(make_agent, scripted_model):
     agent = make_agent()
     scripted_model.reply('<tools>{"name": "memory", "arguments": {"query": "cat"}}</tools>')

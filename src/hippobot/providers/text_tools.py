@@ -18,7 +18,9 @@ block, it consists of nothing but tool-call blocks (and at most a short closing 
 every block is a call. A reply that *opens* with such a block is a call whatever prose or
 data follows it (that text, an imagined result written before the tool ran, is dropped). JSON data (no arguments
 key, or keys a call does not have), a code block that is not a call, or a long explanation
-around an example all stay text. A block shaped like a call (a name and an explicit
+around an example all stay text. An offered tool's definition pasted beside a call (its
+name, description and JSON Schema, as the request sent it) is dropped, and the call runs;
+pasted alone it stays text. A block shaped like a call (a name and an explicit
 arguments key) that names a tool the request did not offer, or whose arguments are not an
 object, is a call too: running it gives the model the registry's error (unknown tool, bad
 arguments) to correct, where showing it would give the user a raw block. Accepted forms of

@@ -88,17 +88,20 @@ def _in_view(hit: Hit, session_key: str, replayed_from: int) -> bool:
     )
 
 
+def _recalled_listing(recalled: list[str]) -> str:
+    listed = "\n".join(recalled)
+    return f"The memory recalled for the user's message is in its runtime context:\n{listed}\n"
+
+
 def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
     """The result of a citation that does not exist: what the model was shown instead.
 
     Small models invent citations (or copy one from an example); the way out is the memory
     already in front of them, or a search that prints real citations."""
     if recalled:
-        listed = "\n".join(recalled)
         return (
-            f"{problem}. Use only citations you were shown. The memory recalled for the "
-            f"user's message is in its runtime context:\n{listed}\nAnswer from it, or call "
-            "memory_search to find more."
+            f"{problem}. Use only citations you were shown. {_recalled_listing(recalled)}"
+            "Answer from it, or call memory_search to find more."
         )
     return (
         f"{problem}. Use only a citation exactly as memory_search printed it: call "
@@ -152,6 +155,12 @@ def recall_tools(
             hits = [hit for hit in hits if not _in_view(hit, session_key, shown_from)]
         hits = hits[:wanted]
         if not hits:
+            # The local model searched "city" for "Which city do I live in?", got no
+            # match, and said it did not know, with "I live in Osaka now" recalled in
+            # front of it: the way back to that memory is named.
+            shown = recalled() if recalled is not None else []
+            if shown:
+                return f"No matches for {query!r}. {_recalled_listing(shown)}Answer from it, or search other words."
             return f"No matches for {query!r}."
         return f"{format_hits(hits)}\n{_GET_HINT}"
 
