@@ -89,6 +89,20 @@ def test_a_call_in_tool_response_tags_is_a_call_and_a_result_in_them_is_not() ->
     assert recover_tool_calls('<tool_response>{"result": "Luna is a grey tabby"}</tool_response>', OFFERED) is None
 
 
+def test_a_call_written_as_a_python_literal_is_a_call() -> None:
+    # Qwen2.5-Coder-1.5B, asked a LoCoMo question with BM25's excerpts pasted before it: the
+    # reply the user saw was this call, in single quotes.
+    text = "{'name': 'memory_get', 'arguments': {'citation': 'Dave: Seeing it come to life is satisfying.'}}"
+    assert calls(text) == [("memory_get", {"citation": "Dave: Seeing it come to life is satisfying."})]
+    assert calls("```python\n[{'name': 'read_file', 'arguments': {'path': 'a'}}]\n```") == [("read_file", {"path": "a"})]
+    # Python data that is no call stays text, and nothing but literals is ever evaluated
+    assert recover_tool_calls("{'cat': 'Luna', 'colour': 'grey'}", OFFERED) is None
+    assert recover_tool_calls("{'name': 'read_file', 'arguments': {'path': __import__('os').getcwd()}}", OFFERED) is None
+    assert recover_tool_calls("{'name': 'read_file', 'arguments': {'path': b'bytes'}}", OFFERED) is None
+    # a trailing comma, as Python allows, no longer stops a call
+    assert calls('<tool_call>{"name": "read_file", "arguments": {"path": "a",}}</tool_call>') == [("read_file", {"path": "a"})]
+
+
 def test_a_tool_definition_pasted_beside_a_call_is_not_shown_and_the_call_runs() -> None:
     # Qwen2.5-Coder-1.5B asked about the garden: a sentence, memory_get's schema as the
     # request sent it inside <tools> tags, then the call in a JSON block; all of it was shown.
@@ -231,7 +245,7 @@ def test_a_fence_inside_an_argument_does_not_close_the_call() -> None:
             '{\n    "citation": "code = 4417``"`\n  }',
         ),
         ('{"name": "read_file", "arguments": {"path": "a"', '{"path": "a"'),  # cut off
-        ('<tool_call>{"name": "read_file", "arguments": {"path": "a",}}</tool_call>', '{"path": "a",}'),
+        ('<tool_call>{"name": "read_file", "arguments": {"path": "a";}}</tool_call>', '{"path": "a";}'),
     ],
 )
 def test_a_call_whose_json_is_broken_is_still_a_call_never_shown(text: str, arguments: str) -> None:

@@ -37,6 +37,7 @@ of calls):
   Qwen2.5 behind llama.cpp), or opened with one and closed without it;
 * a call's arguments alone, when their one key is the one required parameter of exactly one
   offered tool: ``{"citation": "session x#11"}``;
+* an object written as a Python literal, strings in single quotes (read as literals only);
 * an object in bold or code marks, with bare keys and names:
   ``**{name: memory_get, arguments: {"citation": "..."}}**`` (Qwen2.5-Coder-1.5B's first
   reply to a newcomer's "Hi, I'm Maya").
@@ -44,6 +45,7 @@ of calls):
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -364,7 +366,7 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
         # "{{...}}" whose last brace closes the arguments: the doubled brace is only at the
         # start (Qwen2.5-Coder-1.5B's reply, shown raw to the user until this was read).
         return value, end
-    return _decode_bare_words(text, pos)
+    return _decode_bare_words(text, pos) or _decode_python_literal(text, pos)
 
 
 # A backslash JSON does not know (a backslash before "[" or "_"): Qwen2.5-Coder-1.5B escaped
@@ -397,6 +399,43 @@ def _decode_bad_escapes(text: str, pos: int) -> tuple[Any, int] | None:
     # cut - k, so each cut before ``end`` adds its backslash back.
     dropped = sum(1 for k, cut in enumerate(cuts) if cut - k < end)
     return value, pos + end + dropped
+
+
+_MAX_LITERAL = 20_000
+
+
+def _decode_python_literal(text: str, pos: int) -> tuple[Any, int] | None:
+    """An object or list written as a Python literal, strings in single quotes
+    (``{'name': 'memory_get', 'arguments': {'citation': '...'}}``, Qwen2.5-Coder-1.5B in
+    LoCoMo's BM25 arm, shown raw), read with :func:`ast.literal_eval`, which evaluates
+    literals and nothing else; None when it is not one, or holds what JSON cannot."""
+    if not text.startswith(("{", "["), pos):
+        return None
+    depth, quote, i, n = 0, "", pos, min(len(text), pos + _MAX_LITERAL)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                break
+        i += 1
+    else:
+        return None
+    try:
+        value = ast.literal_eval(text[pos : i + 1])
+        json.dumps(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return (value, i + 1) if isinstance(value, dict | list) else None
 
 
 _BARE_WORD = lazy_compile(r"[A-Za-z_][\w.-]*")
