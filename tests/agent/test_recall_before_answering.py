@@ -608,3 +608,48 @@ async def test_a_reply_that_shares_no_word_with_the_question_is_not_recalled(
     scripted_model.reply("That Initech sounds busy.")
     await agent.turn("cli:yours", "What did you say about Initech?")
     assert "session cli:two#1" in [hit.citation for hit in agent._recalled["cli:yours"].hits]
+
+
+async def test_the_recalled_line_that_says_the_question_s_word_comes_first(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Asked "What is my name?", the local model answered from the first recalled line, "I
+    # have a cat named Luna ... named after the moon": the stem and the word twice ranked it
+    # above "User's name is Maya". The line that says the question's very word leads.
+    agent = make_agent()
+    for key, text in (
+        ("cli:cat", "I have a cat named Luna, named after the moon, and she was named by my son."),
+        ("cli:intro", "Hello there, my name is Maya."),
+    ):
+        scripted_model.reply("Nice.")
+        await agent.turn(key, text)
+    scripted_model.reply("Maya.")
+    await agent.turn("cli:fresh", "What is my name?")
+    found = agent._recalled["cli:fresh"]
+    assert {hit.citation for hit in found.hits} >= {"session cli:cat#0", "session cli:intro#0"}
+    assert found.hits[0].citation == "session cli:intro#0", found.hits
+    first = next(ln for ln in _runtime_block(scripted_model.requests[-1]).splitlines() if ln.startswith("- ["))
+    assert first.endswith("user: Hello there, my name is Maya.")
+
+
+async def test_memory_get_of_a_summary_shows_the_lines_about_the_question_first(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Expanding the summary recalled for "What is my locker code at work?", the local model
+    # answered with the entry's first line, "I have a cat named Luna".
+    agent = make_agent()
+    cursor = agent.memory.append_history(
+        "- [durable] I have a cat named Luna\n"
+        "- [durable] User lives in Osaka now, not in Tokyo\n"
+        "- [permanent] User's locker code at work is 4417",
+        session_key="cli:earlier",
+    ).cursor
+    agent.memory.set_dream_cursor(cursor)
+    scripted_model.reply_tool_call("memory_get", {"citation": f"history#{cursor}"}).reply("4417.")
+    result = await agent.turn("cli:fresh", "What is my locker code at work?")
+    assert result.reply == "4417."
+    shown = scripted_model.requests[-1].messages[-1]
+    assert shown["role"] == "tool"
+    first, _, rest = shown["content"].partition("\n")
+    assert first == f"history#{cursor}, about the user's message: User's locker code at work is 4417"
+    assert "I have a cat named Luna" in rest  # the whole entry follows

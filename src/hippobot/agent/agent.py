@@ -342,6 +342,7 @@ class Agent:
                 exec_enabled=self.exec_enabled,
                 recalled=lambda: self.recalled_lines(key),
                 replayed_from=lambda: self.prompts.in_view_during_turn(self.sessions.get(key)),
+                asked=lambda: self.recalled_query(key),
             )
             self._registries[key] = registry
             if len(self._registries) > _REGISTRY_CACHE:  # a server may see many sessions
@@ -581,6 +582,11 @@ class Agent:
         """The memory recalled for the latest message of session ``key`` in this process."""
         found = self._recalled.get(key)
         return [self.redact(line) for line in found.lines()] if found is not None else []
+
+    def recalled_query(self, key: str) -> str:
+        """The words recall searched for the latest message of session ``key`` ('' if none)."""
+        found = self._recalled.get(key)
+        return found.query if found is not None else ""
 
     def check_message(self, text: str) -> None:
         """A UserError when ``text`` is over ``maxMessageChars`` or is not valid Unicode."""

@@ -72,6 +72,7 @@ def build_registry(
     exec_enabled: bool = True,
     recalled: Callable[[], list[str]] | None = None,
     replayed_from: Callable[[], int] | None = None,
+    asked: Callable[[], str] | None = None,
 ) -> ToolRegistry:
     """The tools of one session. ``store_path(rel)``: whether the memory history versions
     that workspace path (``GitStore.is_store_path``; asked only when a file is written).
@@ -129,6 +130,7 @@ def build_registry(
             include_other_sessions=settings.defaults.see_other_sessions,
             recalled=recalled,
             replayed_from=replayed_from,
+            asked=asked,
         )
     )
     return registry

@@ -45,7 +45,7 @@ from hippobot.factmatch import mentions_old_value
 from hippobot.lazy_regex import lazy_compile
 from hippobot.memory.facts import split_correction
 
-from .query import ParsedQuery, parse_citation, parse_query, parse_ts, shares_a_word
+from .query import ParsedQuery, parse_citation, parse_query, parse_ts, shares_a_word, words_said
 from .relative_dates import annotate_relative_dates
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class Recollection:
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (citation, why)
     seconds: float = 0.0
     note: str = ""  # why recall did not run in full (a timeout, an error)
+    query: str = ""  # the words searched for: the message, as memory_get reads it
 
     def lines(self) -> list[str]:
         return [h.line for h in self.hits]
@@ -312,7 +313,7 @@ class AutoRecall:
         out = Recollection()
         if not self.enabled or not query.strip():
             return out
-        query = search_text(query)
+        query = out.query = search_text(query)
         try:
             # Opening the index and a keyword search share one trip to a worker thread.
             index, hits = await _within(
@@ -441,11 +442,13 @@ class AutoRecall:
             used += cost
             seen[words] = hit.citation
             out.hits.append(Recalled(hit.citation, hit.score, line, cost, hit.role))
-        # What the user said first, the replies after: which lines are recalled is decided
-        # by rank, but a small model takes the first line it is shown. Asked where she
-        # works, the local model answered with the recalled reply above her own words
-        # (a reply about her locker code), copied whole.
-        out.hits.sort(key=lambda r: r.role == "assistant")
+        # What the user said first, the replies after, and among each the lines that say
+        # the question's very words first: which lines are recalled is decided by rank,
+        # but a small model takes the first line it is shown. Asked where she works, the
+        # local model answered with the recalled reply above her own words (a reply about
+        # her locker code), copied whole; asked "What is my name?", it read "I have a cat
+        # named Luna", ranked above "User's name is Maya" by the stem and the word twice.
+        out.hits.sort(key=lambda r: (r.role == "assistant", -words_said(recalled_text(r.line), query)))
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind in self._warned:

@@ -323,6 +323,16 @@ def shares_a_word(text: str, query: ParsedQuery) -> bool:
     return bool(query) and bool(_match_spans(unicodedata.normalize("NFKC", text).casefold(), query))
 
 
+def words_said(text: str, query: ParsedQuery) -> int:
+    """How many of the query's distinct terms ``text`` holds as the very word, not only
+    by its stem: "User's name is Maya" says the "name" of "What is my name?", "I have a
+    cat named Luna" only matches it."""
+    flat = unicodedata.normalize("NFKC", text)
+    return len(
+        {t for s, e, t in _match_spans(flat, query) if flat[s:e].casefold() == query.terms[t].text}
+    )
+
+
 def best_lines(text: str, query: ParsedQuery, *, width: int = 280) -> tuple[str, int] | None:
     """The lines of a many-line ``text`` that match the query, as statements.
 

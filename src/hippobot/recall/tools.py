@@ -18,7 +18,7 @@ from hippobot.tools.base import Tool
 
 from .auto import recalled_citation
 from .index import RecallIndex
-from .query import Hit, RecallError, parse_citation
+from .query import Hit, RecallError, best_lines, parse_citation, parse_query
 
 __all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
@@ -93,6 +93,22 @@ def _recalled_listing(recalled: list[str]) -> str:
     return f"The memory recalled for the user's message is in its runtime context:\n{listed}\n"
 
 
+def _lead_with_the_asked(result: str, asked: str) -> str:
+    """A history entry's lines about the user's message above the whole entry.
+
+    An entry summarises a conversation, a fact a line. Expanding the one recalled for "What
+    is my locker code at work?", the local model answered with its first line ("I have a
+    cat named Luna"): the lines that say what was asked come first now, the entry after."""
+    head, sep, body = result.partition("\n")
+    if not sep or not head.startswith("history#") or not asked.strip():
+        return result
+    found = best_lines(body, parse_query(asked))
+    if found is None:
+        return result
+    cite = head.split(" ", 1)[0]
+    return f"{cite}, about the user's message: {found[0]}\n\nThe whole entry: {result}"
+
+
 def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
     """The result of a citation that does not exist: what the model was shown instead.
 
@@ -116,6 +132,7 @@ def recall_tools(
     include_other_sessions: bool = True,
     recalled: Callable[[], list[str]] | None = None,
     replayed_from: Callable[[], int] | None = None,
+    asked: Callable[[], str] | None = None,
 ) -> list[Tool]:
     """``memory_search`` and ``memory_get`` bound to ``index`` and the current session.
 
@@ -123,7 +140,8 @@ def recall_tools(
     answering): a citation that does not exist is answered with them. ``replayed_from``
     gives the first message of the session the request surely replays: search leaves
     those out. The local model, searching for the garden, was shown its own question, and
-    expanded that instead of the answer above it."""
+    expanded that instead of the answer above it. ``asked`` gives that message's words:
+    memory_get shows a history entry's lines about it first."""
 
     async def memory_search(
         query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
@@ -175,10 +193,11 @@ def recall_tools(
             around: How many messages (or lines) to show on each side (0-20).
         """
         def get(cite: str) -> str:
-            return index.get(
+            found = index.get(
                 cite, max(0, min(around, 20)), session_key=session_key,
                 include_other_sessions=include_other_sessions,
             )  # fmt: skip
+            return _lead_with_the_asked(found, asked()) if asked is not None else found
 
         try:
             return await asyncio.to_thread(get, citation)
