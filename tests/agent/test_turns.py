@@ -278,6 +278,27 @@ async def test_an_empty_reply_is_asked_once_more_and_never_shown_as_nothing(make
     assert [h.citation for h in hits if h.kind == "session"] == []
 
 
+async def test_a_reply_that_only_restates_what_was_said_beside_the_tool_call_is_asked_again(
+    make_agent, scripted_model
+):
+    # Qwen2.5-Coder-1.5B wrote "This will search for the locker code in your memory and
+    # return the relevant information." beside its memory_search call, and the same words
+    # again, alone, after the results: the user got an announcement for an answer.
+    agent = make_agent()
+    agent_said = "This will search for the locker code in your memory and return the relevant information."
+    scripted_model.reply_tool_call("memory_search", {"query": "locker code"}, text=agent_said)
+    scripted_model.reply(agent_said + "\n").reply("Your locker code is 4417.")
+    events: list = []
+    result = await agent.turn("cli:direct", "What is my locker code?", on_event=events.append)
+    assert result.reply == "Your locker code is 4417."
+    assert len(scripted_model.requests) == 3
+    last = scripted_model.requests[2].raw
+    assert last["tool_choice"] == "none" and last["messages"][-1]["content"].startswith("Now answer my message")
+    assert any("repeated what it wrote beside its tool call" in getattr(e, "text", "") for e in events)
+    final = [m for m in messages_of(agent) if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert [m["content"] for m in final] == ["Your locker code is 4417."]
+
+
 async def test_a_reply_that_repeats_a_tools_error_is_asked_once_more(make_agent, scripted_model):
     # Qwen2.5-Coder-1.5B called memory_get with a whole recalled line as the citation, then
     # answered with the error it got back; the user saw "Error: not a citation: ...".

@@ -240,6 +240,25 @@ async def test_a_fact_dream_calls_replaced_is_filed_when_nothing_replaced_it(mak
     assert agent.memory.pending_count() == 0
 
 
+async def test_the_correction_dream_calls_stale_is_filed_and_the_old_value_is_not(make_agent, scripted_model):
+    # Seen with Qwen2.5-Coder-1.5B: a batch held "[permanent] User lives in Tokyo." and
+    # "[durable] User lives in Osaka now, not in Tokyo"; Dream declined the move as "Stale
+    # data.", and the fresh session asked which city had none in its files.
+    agent = make_agent()
+    plant(agent, "- [permanent] User lives in Tokyo.", "- [durable] User lives in Osaka now, not in Tokyo")
+    skip = '[SKIP] "User lives in Osaka now, not in Tokyo" — Stale data.'
+    scripted_model.fallback = lambda request: skip
+    result = await agent.dream.run()
+    by_city = {("Osaka" if "Osaka" in o.fact.text else "Tokyo"): o for o in result.outcomes}
+    assert by_city["Osaka"].status == "written", by_city["Osaka"].describe()
+    assert by_city["Tokyo"].reason.startswith("superseded by the correction")
+    files = (agent.workspace / "USER.md").read_text(encoding="utf-8") + (
+        agent.workspace / "memory" / "MEMORY.md").read_text(encoding="utf-8")
+    assert "Osaka" in files
+    assert not any("Tokyo" in line and "Osaka" not in line for line in files.splitlines())
+    assert agent.memory.pending_count() == 0
+
+
 async def test_a_declined_permanent_fact_is_kept_and_in_the_next_prompt(make_agent, scripted_model):
     agent = make_agent()
     plant(agent, "- [permanent] I work at Initech as a nurse")

@@ -169,7 +169,7 @@ def _revisited(fact: Fact, facts: Sequence[Fact]) -> bool:
 _RETAGGED = lazy_compile(
     r"\b(ephemeral|(?:no longer|not) relevant|irrelevant"
     r"|no longer (?:true|valid|accurate|current|the case)|not true any ?more"
-    r"|replaced|outdated|out of date|superseded|obsolete)\b",
+    r"|replaced|outdated|out of date|stale|superseded|obsolete)\b",
     re.I,
 )
 """Reasons that overrule the archive's tag rather than judge the fact: "ephemeral" is the
@@ -217,7 +217,11 @@ def account(
             # The user asked for a [permanent] fact to be kept: the model may decline it only
             # when a later line of the batch comes back to it (a correction, a retraction),
             # not on its own say-so (a small model "skipped" "I work at Initech as a nurse").
-            declinable = fact.kind != "permanent" or _revisited(fact, facts)
+            # Nor may it decline the correction that made an earlier line of the batch
+            # stale: the local model declined "User lives in Osaka now, not in Tokyo" as
+            # "Stale data." beside "User lives in Tokyo.", and no city reached the files.
+            corrects_one = any(superseded_by(other, facts) is fact for other in facts if other is not fact)
+            declinable = (fact.kind != "permanent" and not corrects_one) or _revisited(fact, facts)
             reason = _rejection(fact, rejections) if declinable else None
             if reason is not None and _calls_it_passing(reason) and not _revisited(fact, facts):
                 # The archive already tagged the fact to keep, with the whole conversation in

@@ -156,6 +156,7 @@ class Runner:
         asked_again = False
         answer_only = False  # the request asked to answer with text, no more tool calls
         last_error: str | None = None  # the latest tool result, when the call failed
+        announced = ""  # what the model wrote beside its latest tool calls
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             request = ChatRequest(
@@ -181,8 +182,12 @@ class Runner:
                     # Told not to call, it wrote a call as text (never shown raw).
                     reply = ""
                 parroted = last_error is not None and _repeats(reply, last_error)
+                # "This will search for the locker code in your memory and return the
+                # relevant information.", written beside its memory_search call, was the
+                # local model's whole answer after the results: an announcement, not one.
+                restated = bool(announced) and _repeats(reply, announced)
                 if (
-                    (parroted or not reply.strip())
+                    (parroted or restated or not reply.strip())
                     and self.ask_again_if_empty
                     and not asked_again
                     and iteration < self.max_iterations
@@ -198,7 +203,11 @@ class Runner:
                     # time (2 of 6 memory_eval answers), with the fact in a result.
                     asked_again = True
                     answer_only = result.tool_calls > 0
-                    what = "repeated a tool's error" if parroted else "was empty"
+                    what = (
+                        "repeated a tool's error" if parroted
+                        else "repeated what it wrote beside its tool call" if restated
+                        else "was empty"
+                    )  # fmt: skip
                     how = "to answer from what its tools returned" if answer_only else "once more"
                     emit(Notice(f"the model's reply {what}; asking it {how}"))
                     continue
@@ -216,6 +225,7 @@ class Runner:
                 "content": response.text or None,
                 "tool_calls": response.tool_calls,
             }
+            announced = response.text
             stored = await persist(assistant)
             messages.append(wire_message(stored))
             result.messages.append(stored)
