@@ -128,7 +128,6 @@ class TurnLimits:
 
     max_iterations: int
     max_tokens: int
-    temperature: float | None
     max_tool_result_chars: int
     idle_compact_after_minutes: float
 
@@ -164,7 +163,6 @@ class Agent:
         self.limits = TurnLimits(
             max_iterations=defaults.max_tool_iterations,
             max_tokens=defaults.reply_tokens,
-            temperature=defaults.temperature,
             max_tool_result_chars=defaults.max_tool_result_chars,
             idle_compact_after_minutes=defaults.idle_compact_after_minutes,
         )
@@ -461,7 +459,7 @@ class Agent:
                 max_iterations=self.limits.max_iterations,
                 # a request's own cap never raises the reply reserve the budget kept free
                 max_tokens=min(max_tokens or self.budget.reply_reserve, self.budget.reply_reserve),
-                temperature=self.limits.temperature,
+                temperature=self.llm.temperature,
                 max_tool_result_chars=self.limits.max_tool_result_chars,
                 stop=tuple(stop),
                 prompt_size=_progress_size(

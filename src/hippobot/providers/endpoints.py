@@ -12,6 +12,13 @@ from urllib.parse import urlsplit
 
 __all__ = ["LOCAL_PROVIDERS", "endpoint_key", "is_local"]
 
+#: The sampling temperature sent to a local server when ``agents.defaults.temperature`` is
+#: unset (nanobot's default). Left to the server, llama.cpp and Ollama sample at 0.8, and
+#: Qwen2.5-Coder-1.5B answered the same six questions of one planted memory 1 to 6 times
+#: from run to run. Elsewhere an unset temperature is not sent: some hosted models (OpenAI's
+#: reasoning models) refuse any but their own.
+LOCAL_TEMPERATURE = 0.1
+
 #: Providers that are local servers whatever their address.
 LOCAL_PROVIDERS = frozenset({"ollama", "vllm", "llamacpp", "lmstudio", "lm_studio"})
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})

@@ -77,7 +77,7 @@ class ModelClient:
         self._target: Target | None = None
         self._provider = provider
         self.max_tokens = max_tokens
-        self.temperature = temperature
+        self.configured_temperature = temperature
         self.fallback_name = fallback_name
         self.retry: RetryPolicy | None = None  # None: the provider's default policy
         self.text_tool_calls = text_tool_calls
@@ -97,6 +97,24 @@ class ModelClient:
     @property
     def name(self) -> str:
         return self.target.model
+
+    @property
+    def temperature(self) -> float | None:
+        """The temperature every request of this client sends: the configured one; unset,
+        :data:`~hippobot.providers.endpoints.LOCAL_TEMPERATURE` for a local server and none
+        (the endpoint's own default) elsewhere."""
+        if self.configured_temperature is not None:
+            return self.configured_temperature
+        from hippobot.errors import UserError
+        from hippobot.providers.endpoints import LOCAL_TEMPERATURE, is_local
+        from hippobot.providers.factory import KNOWN_ENDPOINTS
+
+        try:
+            target = self.target
+        except UserError:
+            return None
+        base = target.api_base if target.api_base is not None else KNOWN_ENDPOINTS.get(target.provider)
+        return LOCAL_TEMPERATURE if target.kind == "openai" and is_local(target.provider, base) else None
 
     def label(self) -> str:
         """The model name for display: configured or not, never an error."""

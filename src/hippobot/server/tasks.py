@@ -36,7 +36,7 @@ async def answer_task(agent: Agent, call: ChatCall) -> TurnResult:
         model=agent.model,
         messages=messages,
         max_tokens=min(call.max_tokens or defaults.reply_tokens, defaults.reply_tokens),
-        temperature=defaults.temperature,
+        temperature=agent.llm.temperature,
         stop=call.stop,
     )
     try:
