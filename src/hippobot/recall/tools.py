@@ -16,7 +16,7 @@ from typing import Any, Literal
 from hippobot.errors import ToolError
 from hippobot.tools.base import Tool
 
-from .auto import recalled_citation
+from .auto import asks_about_the_user, recalled_citation
 from .index import RecallIndex
 from .query import Hit, RecallError, best_lines, parse_citation, parse_query
 
@@ -192,12 +192,15 @@ def recall_tools(
                 its first brackets); never make one up.
             around: How many messages (or lines) to show on each side (0-20).
         """
+        message = asked() if asked is not None else ""
+        about_the_user = bool(message) and asks_about_the_user(parse_query(message), message)
+
         def get(cite: str) -> str:
             found = index.get(
                 cite, max(0, min(around, 20)), session_key=session_key,
-                include_other_sessions=include_other_sessions,
+                include_other_sessions=include_other_sessions, replies=not about_the_user,
             )  # fmt: skip
-            return _lead_with_the_asked(found, asked()) if asked is not None else found
+            return _lead_with_the_asked(found, message)
 
         try:
             return await asyncio.to_thread(get, citation)
