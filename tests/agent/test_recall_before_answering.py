@@ -652,9 +652,13 @@ async def test_memory_get_of_a_summary_shows_the_lines_about_the_question_first(
     assert result.reply == "4417."
     shown = scripted_model.requests[-1].messages[-1]
     assert shown["role"] == "tool"
-    first, _, rest = shown["content"].partition("\n")
-    assert first == f"history#{cursor}, about the user's message: User's locker code at work is 4417"
-    assert "I have a cat named Luna" in rest  # the whole entry follows
+    lines = shown["content"].splitlines()
+    assert lines[0].startswith(f"history#{cursor} (") and lines[0].endswith(", its lines about the user's message first:")
+    assert lines[1:] == [
+        "- [permanent] User's locker code at work is 4417",
+        "- [durable] I have a cat named Luna",  # the whole entry, once
+        "- [durable] User lives in Osaka now, not in Tokyo",
+    ]
 
 
 async def test_memory_get_around_what_the_user_said_leaves_the_replies_out_for_a_question_about_the_user(

@@ -18,7 +18,7 @@ from hippobot.tools.base import Tool
 
 from .auto import asks_about_the_user, recalled_citation
 from .index import RecallIndex
-from .query import Hit, RecallError, best_lines, parse_citation, parse_query
+from .query import Hit, RecallError, parse_citation, parse_query, words_said
 
 __all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
@@ -94,19 +94,30 @@ def _recalled_listing(recalled: list[str]) -> str:
 
 
 def _lead_with_the_asked(result: str, asked: str) -> str:
-    """A history entry's lines about the user's message above the whole entry.
+    """A history entry with its lines about the user's message first.
 
-    An entry summarises a conversation, a fact a line. Expanding the one recalled for "What
-    is my locker code at work?", the local model answered with its first line ("I have a
-    cat named Luna"): the lines that say what was asked come first now, the entry after."""
+    An entry summarises a conversation, a fact a line, and a small model answers from the
+    first fact it reads: expanding the summary recalled for "What is my locker code at
+    work?", the local model answered with its first line ("I have a cat named Luna"), and
+    with a line about the locker code above the whole entry, with the entry's first line
+    again ("I live in Osaka now"). The lines that say most of what was asked lead now,
+    each with the lines under it, the others after in their order."""
     head, sep, body = result.partition("\n")
     if not sep or not head.startswith("history#") or not asked.strip():
         return result
-    found = best_lines(body, parse_query(asked))
-    if found is None:
+    query = parse_query(asked)
+    items: list[list[str]] = []
+    for line in body.split("\n"):
+        if items and not line.lstrip().startswith(("-", "*")) and line[:1].isspace():
+            items[-1].append(line)  # a note under a fact ("  (the user's own words ...)")
+        else:
+            items.append([line])
+    said = [words_said(item[0], query) for item in items]
+    if not any(said):
         return result
-    cite = head.split(" ", 1)[0]
-    return f"{cite}, about the user's message: {found[0]}\n\nThe whole entry: {result}"
+    order = sorted(range(len(items)), key=lambda i: -said[i])
+    lines = [line for i in order for line in items[i]]
+    return "\n".join([f"{head}, its lines about the user's message first:", *lines])
 
 
 def _back_to_what_was_shown(problem: str, recalled: list[str]) -> str:
