@@ -815,11 +815,9 @@ class RecallIndex:
         *,
         session_key: str | None = None,
         include_other_sessions: bool = True,
-        replies: bool = True,
     ) -> str:
         """Expand a citation: a full history entry, a session message with ``around``
-        messages either side (without the assistant's unless ``replies``), or the lines of
-        a memory file around the cited line.
+        messages either side, or the lines of a memory file around the cited line.
 
         Raises :class:`RecallError` for text that is not a citation, a citation that no
         longer exists, or another session's content when ``include_other_sessions`` is off.
@@ -834,7 +832,7 @@ class RecallIndex:
 
         def run() -> str:
             self._auto_sync()
-            return self._redact(expand_citation(self._db, self.workspace, cite, around, private, replies=replies))
+            return self._redact(expand_citation(self._db, self.workspace, cite, around, private))
 
         return self._guard(run)
 

@@ -549,8 +549,7 @@ def format_history_entry(
 
 
 def format_session_window(
-    session_key: str, cited: int, total: int, rows: list[tuple[int, float | None, str, str]],
-    *, replies: bool = True,
+    session_key: str, cited: int, total: int, rows: list[tuple[int, float | None, str, str]]
 ) -> str:
     """The message ``cited`` first, then ``rows`` = (index, ts, role, text) around it in
     order, role-labelled.
@@ -558,18 +557,14 @@ def format_session_window(
     The cited message leads: expanding "My cat is called Luna", the local model answered
     from the first message of the window, two turns earlier. Around it, what was said: a
     neighbour's tool calls and what tools returned are left out (counted), as the arguments
-    of an edit_file call were the first line the model read for the garden. Without
-    ``replies``, the assistant's are left out too (counted): see :func:`expand_citation`."""
+    of an edit_file call were the first line the model read for the garden."""
     first, last = rows[0][0], rows[-1][0]
-    head, around, steps, unsaid = [], [], 0, 0
+    head, around, steps = [], [], 0
     for num, ts, role, text in rows:
         label = ", ".join(x for x in (f"#{num} {role}", format_ts(ts)) if x)
         if num == cited:
             head = [f"session {session_key}, message {label} (cited)", text]
             around.append(f"--- #{num} {role} (the cited message, above)")
-            continue
-        if role == "assistant" and not replies:
-            unsaid += 1
             continue
         text = "" if role == "tool" else _without_calls(text) if role == "assistant" else text
         if not text:
@@ -578,11 +573,9 @@ def format_session_window(
         if len(text) > _NEIGHBOUR_CHARS:
             text = text[:_NEIGHBOUR_CHARS] + f"… [{len(text) - _NEIGHBOUR_CHARS} more chars]"
         around.append(f"--- {label}\n{text}")
-    parts = [f"{steps} tool step{'s' if steps != 1 else ''}"] if steps else []
-    parts += [f"{unsaid} repl{'ies' if unsaid != 1 else 'y'}"] if unsaid else []
-    if len(around) == 1 and not unsaid:
+    if len(around) == 1:
         return "\n".join(head)
-    left_out = f", {' and '.join(parts)} left out" if parts else ""
+    left_out = f", {steps} tool step{'s' if steps != 1 else ''} left out" if steps else ""
     return "\n".join([*head, "", f"Around it (messages {first}-{last} of {total}{left_out}):", *around])
 
 
@@ -690,23 +683,16 @@ def load_hits(
 
 
 def expand_citation(
-    conn: sqlite3.Connection, workspace: Path, cite: Citation, around: int, private: str | None,
-    *, replies: bool = True,
+    conn: sqlite3.Connection, workspace: Path, cite: Citation, around: int, private: str | None
 ) -> str:
-    """The text ``RecallIndex.get`` returns; ``private`` is the only session visible, if set.
-
-    Without ``replies`` a session window shows what the user said around the cited message,
-    not the assistant's replies: asked about the user ("What is my cat called?"), the local
-    model expanded "My cat is called Luna" and answered with the reply beside it, "I
-    apologize, but I don't have enough information ...", as recall before answering leaves
-    replies out for such a message (:func:`hippobot.recall.auto.asks_about_the_user`)."""
+    """The text ``RecallIndex.get`` returns; ``private`` is the only session visible, if set."""
     if cite.kind == "history":
         return _get_history(conn, cite.number, private)
     if cite.kind == "session":
         key = cite.session_key or ""
         if private and key != private:
             raise RecallError(f"session {key} is not visible from this chat")
-        return _get_session(conn, key, cite.number, around, replies=replies)
+        return _get_session(conn, key, cite.number, around)
     return _get_lines(conn, workspace, cite.path or "", cite.number, around)
 
 
@@ -725,7 +711,7 @@ def _get_history(conn: sqlite3.Connection, number: int, private: str | None) -> 
     return format_history_entry(*row)
 
 
-def _get_session(conn: sqlite3.Connection, key: str, number: int, around: int, *, replies: bool) -> str:
+def _get_session(conn: sqlite3.Connection, key: str, number: int, around: int) -> str:
     files = conn.execute(
         "SELECT id, next_num FROM files WHERE kind = 'session' AND session_key = ? ORDER BY id",
         (key,),
@@ -739,7 +725,7 @@ def _get_session(conn: sqlite3.Connection, key: str, number: int, around: int, *
             (file_id, number - around, number + around),
         ).fetchall()
         if any(r[0] == number for r in rows):
-            return format_session_window(key, number, total, rows, replies=replies)
+            return format_session_window(key, number, total, rows)
     raise RecallError(f"session {key} has no message #{number} with text")
 
 

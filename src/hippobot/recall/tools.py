@@ -206,10 +206,15 @@ def recall_tools(
         message = asked() if asked is not None else ""
         about_the_user = bool(message) and asks_about_the_user(parse_query(message), message)
 
+        # Asked about the user ("What is my cat called?"), the cited message alone: what
+        # the user said answers. Beside it, the local model copied the reply next to it ("I
+        # apologize, but I don't have enough information ..."), and with the replies left
+        # out, answered the user's next message ("a quick pasta recipe") instead, 3 of 6.
+        width = 0 if about_the_user else max(0, min(around, 20))
+
         def get(cite: str) -> str:
             found = index.get(
-                cite, max(0, min(around, 20)), session_key=session_key,
-                include_other_sessions=include_other_sessions, replies=not about_the_user,
+                cite, width, session_key=session_key, include_other_sessions=include_other_sessions,
             )  # fmt: skip
             return _lead_with_the_asked(found, message)
 
