@@ -57,6 +57,7 @@ __all__ = [
     "same_line",
     "states",
     "stem",
+    "unsaid_names",
     "words",
 ]
 
@@ -248,6 +249,50 @@ def grounded(line: str, source: str, *, share: float = 0.5) -> bool:
     if any(stem(w) not in have for w in salient):
         return False
     return covers(source, line, share=share)
+
+
+# What a summary may work out rather than copy: a date or a time it resolved ("next Friday"
+# to "Friday 11 December"), and the calendar's names.
+_WORKED_OUT = lazy_compile(
+    r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}:\d{2}\b|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
+)
+_CALENDAR = frozenset(
+    ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "today", "tomorrow", "yesterday"]
+)
+
+
+def unsaid_names(line: str, source: str) -> list[str]:
+    """The names and codes of ``line`` that ``source`` (what the model was given) never says:
+    a capitalised word, or a number of three digits or more, that is nowhere in ``source``.
+    Dates, times and calendar names are left alone: a summary may resolve "next Friday";
+    a name counts as said when a word of ``source`` opens with its first three letters
+    (accents aside), so a translated or inflected name stays.
+    "The user corrected their name from Maya to Lily", summarised from a conversation
+    where no Lily appears, gives ``["lily"]``."""
+    salient, _ = keywords(_WORKED_OUT.sub(" ", line))
+    have = _line_stems(source)
+    unsaid = []
+    for w in salient:
+        if stem(w) in have or w in _CALENDAR:
+            continue
+        digits = sum(c.isdigit() for c in w)
+        if digits:
+            if digits >= 3:
+                unsaid.append(w)
+        elif not _spelled_alike(w, have):
+            unsaid.append(w)
+    return sorted(unsaid)
+
+
+def _spelled_alike(word: str, have: frozenset[str]) -> bool:
+    """Whether a word of ``have`` opens as ``word`` does, accents aside: a summary in English
+    of "Ich wohne in München" may say "Munich", and a German one capitalises its nouns."""
+    head = _ascii(word)[:3]
+    return len(head) == 3 and any(_ascii(w).startswith(head) for w in have)
+
+
+def _ascii(word: str) -> str:
+    return unicodedata.normalize("NFKD", word).encode("ascii", "ignore").decode().lower()
 
 
 def heading_matches(heading: str, wanted: str) -> bool:

@@ -306,3 +306,46 @@ def test_a_summary_of_only_unsaid_things_is_an_empty_answer_not_a_failed_one():
     # ...while a fact with a negation in it stays a fact.
     kept = parse_summary("- [durable] User does not eat meat\n- [durable] User did not tell his boss about the move")
     assert len(kept.lines) == 2
+
+
+async def test_a_summary_line_naming_someone_the_conversation_never_did_is_not_archived(
+    make_agent, scripted_model
+):
+    # What Qwen2.5-Coder-1.5B summarised a session about a locker code and a move to Osaka
+    # with: a "correction" of the user's name to one nobody had said. Dream placed it.
+    agent = make_agent()
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "I'm Maya. Correction: I live in Osaka now, not in Tokyo.")
+    scripted_model.reply(
+        "- [durable] User lives in Osaka now, not in Tokyo\n"
+        "- [correction] The user corrected their name from Maya to Lily\n"
+        "- [permanent] User's locker code is 1234"
+    )
+    outcome = await archive_all(agent)
+    assert outcome is not None and not outcome.raw
+    content = history_lines(agent)[0]["content"]
+    assert "Lily" not in content and "1234" not in content
+    assert "- [durable] User lives in Osaka now, not in Tokyo" in content
+    assert "Maya" in content  # the user's own words, kept as a stated fact
+
+
+async def test_a_summary_of_only_invented_lines_archives_what_the_user_said(make_agent, scripted_model):
+    agent = make_agent()
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", "Remember this: my locker code at work is 4417.")
+    scripted_model.reply("- [permanent] User's name is Lily")
+    outcome = await archive_all(agent)
+    assert outcome is not None and not outcome.raw and outcome.failed is None
+    content = history_lines(agent)[0]["content"]
+    assert "Lily" not in content and "4417" in content
+
+
+def test_a_summary_may_name_a_date_it_worked_out_and_what_it_was_shown():
+    from hippobot.factmatch import unsaid_names
+
+    said = "[Runtime Context] Current Time: 2026-12-04 10:00 (Friday)\nuser: the demo is next Friday at Acme"
+    assert unsaid_names("User's demo at Acme is on Friday 2026-12-11 at 10:00", said) == []
+    assert unsaid_names("User's demo is at Globex, room 4417", said) == ["4417", "globex"]
+    # a name translated, or a noun capitalised in German, is not an invention
+    assert unsaid_names("User lives in Munich", "user: Ich wohne in München") == []
+    assert unsaid_names("Der Nutzer wohnt in München", "user: Ich wohne in München, Nutzerin seit 2020") == []

@@ -19,13 +19,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from hippobot.factmatch import unsaid_names
 from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
 from hippobot.memory.remember import asked_to_keep
 from hippobot.messages import Message, content_text, public_text
 
-__all__ = ["StatedFact", "stated_facts", "with_stated_facts", "without_recalled"]
+__all__ = ["StatedFact", "stated_facts", "with_stated_facts", "without_invented", "without_recalled"]
 
 MAX_FACTS = 20  # per slice: a pasted document is not a list of facts about the user
 MAX_MESSAGE_CHARS = 1500  # longer user messages are documents, not statements
@@ -244,3 +245,19 @@ def without_recalled(parsed: ParsedSummary, messages: Sequence[Message]) -> Pars
     if kept == parsed.lines:
         return parsed
     return ParsedSummary(kept, nothing=not kept, rejected=parsed.rejected)
+
+
+def without_invented(parsed: ParsedSummary, source: str) -> tuple[ParsedSummary, list[str]]:
+    """``parsed`` without the lines that name someone or something ``source`` (the request
+    the model answered) never mentions, and those lines. Qwen2.5-Coder-1.5B summarised a
+    session about a locker code and a move to Osaka with "[correction] The user corrected
+    their name from Maya to Lily"; Dream placed it and the next session's memory said so. A
+    line the code drops loses nothing the user said: the stated facts are added after."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for line in parsed.lines:
+        facts = fact_lines(line)
+        (dropped if any(unsaid_names(f.text, source) for f in facts) else kept).append(line)
+    if not dropped:
+        return parsed, []
+    return ParsedSummary(tuple(kept), nothing=not kept, rejected=parsed.rejected), dropped

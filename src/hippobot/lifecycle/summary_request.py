@@ -11,11 +11,13 @@ a transcript instead, in chunks that fit, and the chunk summaries are merged.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hippobot.context import tokens
 from hippobot.lifecycle.slices import TurnGuard
+from hippobot.lifecycle.stated_facts import without_invented
 from hippobot.lifecycle.summaries import (
     SAVE_SUMMARY_TOOL,
     ParsedSummary,
@@ -23,7 +25,7 @@ from hippobot.lifecycle.summaries import (
     parse_summary,
     summary_from_tool_call,
 )
-from hippobot.messages import public_text
+from hippobot.messages import content_text, public_text
 from hippobot.prompts import render
 from hippobot.providers.base import ChatRequest, collect
 from hippobot.providers.metering import usage_job
@@ -39,6 +41,8 @@ __all__ = ["SUMMARY_REPLY_TOKENS", "Summariser"]
 SUMMARY_REPLY_TOKENS = 2048
 
 Messages = list[dict[str, Any]]
+
+log = logging.getLogger(__name__)
 
 
 def _as_before_new(session: Session) -> Session:
@@ -129,11 +133,29 @@ class Summariser:
         )
         with usage_job("consolidation"):
             response = await collect(self.model.provider.stream(request))
+        parsed = ParsedSummary(())
         for call in response.tool_calls:
             if call["function"]["name"] == "save_summary":
                 parsed = summary_from_tool_call(call["function"]["arguments"])
                 if parsed.ok:
-                    return parsed
-        if response.finish_reason == "length":
-            return ParsedSummary(())
-        return parse_summary(response.text)
+                    break
+        else:
+            if response.finish_reason == "length":
+                return ParsedSummary(())
+            parsed = parse_summary(response.text)
+        if not parsed.ok:
+            return parsed
+        parsed, invented = without_invented(parsed, _request_text(messages))
+        if invented:
+            log.warning("summary: left out %d line(s) naming what the conversation never did: %s",
+                        len(invented), "; ".join(invented))
+        return parsed
+
+
+def _request_text(messages: Messages) -> str:
+    """Everything the archive request showed the model: what a summary line may name."""
+    parts: list[str] = []
+    for message in messages:
+        parts.append(content_text(message.get("content")))
+        parts += [call.get("function", {}).get("arguments", "") for call in message.get("tool_calls") or ()]
+    return "\n".join(parts)
