@@ -368,3 +368,28 @@ async def test_a_call_written_as_text_when_told_to_answer_is_never_shown(make_ag
     assert "<tools>" not in "".join(shown)  # not even streamed to the screen
     assert "<tools>" not in json.dumps(messages_of(agent))
     assert len(scripted_model.requests) == 3  # not asked a third time
+
+
+async def test_a_reply_that_declines_after_tool_steps_that_found_the_fact_is_asked_to_answer(
+    make_agent, scripted_model
+):
+    # Qwen2.5-Coder-1.5B read "User's locker code at work is 4417" in memory_get's result and
+    # answered "I'm sorry, but I don't have enough information to provide the correct locker
+    # code at work."
+    agent = make_agent()
+    entry = agent.memory.append_history("- [permanent] User's locker code at work is 4417", session_key="cli:old")
+    scripted_model.reply_tool_call("memory_get", {"citation": f"history#{entry.cursor}"})
+    scripted_model.reply("I'm sorry, but I don't have enough information to provide the correct locker code.")
+    scripted_model.reply("Your locker code at work is 4417.")
+    events: list = []
+    result = await agent.turn("cli:direct", "What is my locker code at work?", on_event=events.append)
+    assert result.reply == "Your locker code at work is 4417."
+    last = scripted_model.requests[2].raw
+    assert last["tool_choice"] == "none" and last["messages"][-1]["content"].startswith("Now answer my message")
+    assert "4417" in last["messages"][-2]["content"]  # the tool result it is told to answer from
+    assert any("could not answer after its tool steps" in getattr(e, "text", "") for e in events)
+
+    # asked once, not in a loop; and without tool steps a refusal is the answer
+    scripted_model.reply("I don't know.")
+    plain = await agent.turn("cli:direct", "What will the weather be in 2030?")
+    assert plain.reply == "I don't know." and len(scripted_model.requests) == 4
