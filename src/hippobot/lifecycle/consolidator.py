@@ -282,6 +282,10 @@ class Consolidator:
             # an endpoint may echo the key it rejected; the reason goes into the archive
             parsed, failure = summaries.ParsedSummary(()), self.redact(str(exc))
         if failure is None:
+            if parsed.invented:
+                log.warning("session %s: the summary of messages %d-%d named what the conversation never "
+                            "did; left out: %s", session.key, start, end - 1,
+                            self.redact("; ".join(parsed.invented)))
             parsed = facts.with_stated_facts(facts.without_recalled(parsed, chunk), stated)
             entry = None if parsed.nothing else await _append(
                 self.memory, session, start, end, parsed.text, summaries.SUMMARY_MAX_CHARS)

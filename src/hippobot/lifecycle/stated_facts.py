@@ -247,9 +247,9 @@ def without_recalled(parsed: ParsedSummary, messages: Sequence[Message]) -> Pars
     return ParsedSummary(kept, nothing=not kept, rejected=parsed.rejected)
 
 
-def without_invented(parsed: ParsedSummary, source: str) -> tuple[ParsedSummary, list[str]]:
+def without_invented(parsed: ParsedSummary, source: str) -> ParsedSummary:
     """``parsed`` without the lines that name someone or something ``source`` (the request
-    the model answered) never mentions, and those lines. Qwen2.5-Coder-1.5B summarised a
+    the model answered) never mentions (kept in ``invented``, for the log). Qwen2.5-Coder-1.5B summarised a
     session about a locker code and a move to Osaka with "[correction] The user corrected
     their name from Maya to Lily"; Dream placed it and the next session's memory said so. A
     line the code drops loses nothing the user said: the stated facts are added after."""
@@ -259,5 +259,5 @@ def without_invented(parsed: ParsedSummary, source: str) -> tuple[ParsedSummary,
         facts = fact_lines(line)
         (dropped if any(unsaid_names(f.text, source) for f in facts) else kept).append(line)
     if not dropped:
-        return parsed, []
-    return ParsedSummary(tuple(kept), nothing=not kept, rejected=parsed.rejected), dropped
+        return parsed
+    return ParsedSummary(tuple(kept), nothing=not kept, rejected=parsed.rejected, invented=tuple(dropped))

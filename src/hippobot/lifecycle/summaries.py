@@ -39,6 +39,7 @@ class ParsedSummary:
     lines: tuple[str, ...]
     nothing: bool = False
     rejected: int = 0  # lines that followed no format
+    invented: tuple[str, ...] = ()  # lines left out: they name what the request never showed
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,6 @@ a transcript instead, in chunks that fit, and the chunk summaries are merged.
 from __future__ import annotations
 
 import copy
-import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +40,6 @@ __all__ = ["SUMMARY_REPLY_TOKENS", "Summariser"]
 SUMMARY_REPLY_TOKENS = 2048
 
 Messages = list[dict[str, Any]]
-
-log = logging.getLogger(__name__)
 
 
 def _as_before_new(session: Session) -> Session:
@@ -107,6 +104,7 @@ class Summariser:
             used += cost
         parts.append((part_start, end))
         lines: list[str] = []
+        invented: list[str] = []
         nothing = True
         for n, (a, b) in enumerate(parts, 1):
             transcript = format_transcript(session.messages[a:b], max_chars=budget * 4)
@@ -120,7 +118,8 @@ class Summariser:
                 return parsed
             nothing = nothing and parsed.nothing
             lines.extend(line for line in parsed.lines if line not in lines)
-        return ParsedSummary(tuple(lines), nothing=nothing and not lines)
+            invented.extend(parsed.invented)
+        return ParsedSummary(tuple(lines), nothing=nothing and not lines, invented=tuple(invented))
 
     async def _ask(self, messages: Messages, tools: Messages, *, tool_mode: bool) -> ParsedSummary:
         request = ChatRequest(
@@ -145,11 +144,7 @@ class Summariser:
             parsed = parse_summary(response.text)
         if not parsed.ok:
             return parsed
-        parsed, invented = without_invented(parsed, _request_text(messages))
-        if invented:
-            log.warning("summary: left out %d line(s) naming what the conversation never did: %s",
-                        len(invented), "; ".join(invented))
-        return parsed
+        return without_invented(parsed, _request_text(messages))
 
 
 def _request_text(messages: Messages) -> str:

@@ -102,6 +102,13 @@ def _declines(reply: str) -> bool:
     return 0 < len(text) <= _DECLINE_MAX_CHARS and _DECLINES.search(text) is not None
 
 
+def _found_something(result: str) -> bool:
+    """Whether a successful tool result holds anything to answer from: not empty, and not
+    memory_search's plain "No matches for 'x'." (a "no" after that is an answer)."""
+    text = result.strip()
+    return bool(text) and not (text.startswith("No matches for ") and text.count("\n") == 0)
+
+
 def _stand_in(note: str) -> Message:
     """The assistant message hippobot stores where the model gave no answer."""
     return {"role": "assistant", "content": note, "_stand_in": True}
@@ -178,6 +185,7 @@ class Runner:
         answer_only = False  # the request asked to answer with text, no more tool calls
         last_error: str | None = None  # the latest tool result, when the call failed
         announced = ""  # what the model wrote beside its latest tool calls
+        found = False  # the latest tool result succeeded and returned something
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             request = ChatRequest(
@@ -209,7 +217,7 @@ class Runner:
                 restated = bool(announced) and _repeats(reply, announced)
                 # Told "I don't have enough information" after tool steps that all
                 # succeeded: asked once to answer from what they returned.
-                declined = result.tool_calls > 0 and last_error is None and _declines(reply)
+                declined = found and _declines(reply)
                 if (
                     (parroted or restated or declined or not reply.strip())
                     and self.ask_again_if_empty
@@ -261,6 +269,7 @@ class Runner:
                 result.messages.append(stored_result)
                 text = stored_result.get("content")
                 last_error = text if not ok and isinstance(text, str) else None
+                found = ok and isinstance(text, str) and _found_something(text)
         note = _ITERATION_NOTE.format(n=self.max_iterations)
         emit(Notice(note, level="warning"))
         stored = await persist(_stand_in(note))
