@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -282,10 +282,7 @@ class Consolidator:
             # an endpoint may echo the key it rejected; the reason goes into the archive
             parsed, failure = summaries.ParsedSummary(()), self.redact(str(exc))
         if failure is None:
-            if parsed.invented:
-                log.warning("session %s: the summary of messages %d-%d named what the conversation never "
-                            "did; left out: %s", session.key, start, end - 1,
-                            self.redact("; ".join(parsed.invented)))
+            _log_invented(session.key, start, end, parsed.invented, self.redact)
             parsed = facts.with_stated_facts(facts.without_recalled(parsed, chunk), stated)
             entry = None if parsed.nothing else await _append(
                 self.memory, session, start, end, parsed.text, summaries.SUMMARY_MAX_CHARS)
@@ -326,6 +323,12 @@ async def _append(
         memory.append_history, content, session_key=session.key, source=source,
         max_chars=max_chars,
     )
+
+
+def _log_invented(key: str, start: int, end: int, lines: Sequence[str], redact: Callable[[str], str]) -> None:
+    if lines:  # left out of the entry (stated_facts.without_invented); redacted: a key may be among them
+        log.warning("session %s: the summary of messages %d-%d named what the conversation never did; "
+                    "left out: %s", key, start, end - 1, redact("; ".join(lines)))
 
 
 def _idle(session: Session, minutes: float, now: datetime) -> bool:
