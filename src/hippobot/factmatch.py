@@ -36,6 +36,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 
@@ -44,6 +45,7 @@ from hippobot.lazy_regex import lazy_compile
 __all__ = [
     "FILLER",
     "STOP_WORDS",
+    "Said",
     "content_words",
     "covers",
     "find_statement",
@@ -261,34 +263,47 @@ _CALENDAR = frozenset(
 )
 
 
-def unsaid_names(line: str, source: str) -> list[str]:
-    """The names and codes of ``line`` that ``source`` (what the model was given) never says:
-    a capitalised word, or a number of three digits or more, that is nowhere in ``source``.
+@dataclass(frozen=True, slots=True)
+class Said:
+    """The words of a text, read once for many :func:`unsaid_names` checks: a whole archive
+    request is too large to go through the per-line stem cache."""
+
+    stems: frozenset[str]
+    heads: frozenset[str]  # each word's first three letters, accents aside
+
+    @classmethod
+    def of(cls, text: str) -> Said:
+        stems = frozenset(stem(w) for w in words(text))
+        return cls(stems, frozenset(_ascii(w)[:3] for w in stems))
+
+
+def unsaid_names(line: str, said: Said) -> list[str]:
+    """The names and codes of ``line`` that ``said`` (what the model was given) never says:
+    a capitalised word, or a number of three digits or more, that is nowhere in it.
     Dates, times and calendar names are left alone: a summary may resolve "next Friday";
     a name counts as said when a word of ``source`` opens with its first three letters
     (accents aside), so a translated or inflected name stays.
     "The user corrected their name from Maya to Lily", summarised from a conversation
     where no Lily appears, gives ``["lily"]``."""
     salient, _ = keywords(_WORKED_OUT.sub(" ", line))
-    have = _line_stems(source)
     unsaid = []
     for w in salient:
-        if stem(w) in have or w in _CALENDAR:
+        if stem(w) in said.stems or w in _CALENDAR:
             continue
         digits = sum(c.isdigit() for c in w)
         if digits:
             if digits >= 3:
                 unsaid.append(w)
-        elif not _spelled_alike(w, have):
+        elif not _spelled_alike(w, said):
             unsaid.append(w)
     return sorted(unsaid)
 
 
-def _spelled_alike(word: str, have: frozenset[str]) -> bool:
-    """Whether a word of ``have`` opens as ``word`` does, accents aside: a summary in English
-    of "Ich wohne in München" may say "Munich", and a German one capitalises its nouns."""
+def _spelled_alike(word: str, said: Said) -> bool:
+    """Whether a word said opens as ``word`` does, accents aside: a summary in English of
+    "Ich wohne in München" may say "Munich", and a German one capitalises its nouns."""
     head = _ascii(word)[:3]
-    return len(head) == 3 and any(_ascii(w).startswith(head) for w in have)
+    return len(head) == 3 and head in said.heads
 
 
 def _ascii(word: str) -> str:

@@ -32,6 +32,15 @@ async def archive_all(agent, key: str = "cli:direct"):
     return await agent.consolidator.archive_until(session, len(session.messages))
 
 
+async def archived_summary(agent, scripted_model, said: str, summary: str):
+    """The user says ``said``, the archivist answers ``summary``: the outcome and the entry."""
+    scripted_model.reply("noted")
+    await agent.turn("cli:direct", said)
+    scripted_model.reply(summary)
+    outcome = await archive_all(agent)
+    return outcome, history_lines(agent)[0]["content"]
+
+
 async def chat(agent, n: int, key: str = "cli:direct", planted: dict[int, str] | None = None) -> None:
     planted = planted or {}
     for i in range(n):
@@ -286,18 +295,15 @@ async def test_a_background_consolidation_leaves_a_turn_still_running_alone(make
 async def test_summary_lines_that_only_say_what_went_unsaid_are_not_archived(make_agent, scripted_model):
     # What Qwen2.5-Coder-1.5B wrote for a short conversation: the one fact, and "corrections"
     # about what the user had not said, which a Dream batch could never place in a file.
-    agent = make_agent()
-    scripted_model.reply("noted")
-    await agent.turn("cli:direct", "My cat is called Miso")
-    scripted_model.reply(
+    outcome, content = await archived_summary(
+        make_agent(), scripted_model, "My cat is called Miso",
         "- [durable] User's cat is called Miso\n"
         "- [correction] The user's name was not mentioned\n"
         "- [correction] No location was provided in the conversation\n"
-        "- [durable] User has not specified their age yet"
+        "- [durable] User has not specified their age yet",
     )
-    outcome = await archive_all(agent)
     assert outcome is not None and not outcome.raw
-    assert history_lines(agent)[0]["content"] == "- [durable] User's cat is called Miso"
+    assert content == "- [durable] User's cat is called Miso"
 
 
 def test_a_summary_of_only_unsaid_things_is_an_empty_answer_not_a_failed_one():
@@ -313,39 +319,34 @@ async def test_a_summary_line_naming_someone_the_conversation_never_did_is_not_a
 ):
     # What Qwen2.5-Coder-1.5B summarised a session about a locker code and a move to Osaka
     # with: a "correction" of the user's name to one nobody had said. Dream placed it.
-    agent = make_agent()
-    scripted_model.reply("noted")
-    await agent.turn("cli:direct", "I'm Maya. Correction: I live in Osaka now, not in Tokyo.")
-    scripted_model.reply(
+    outcome, content = await archived_summary(
+        make_agent(), scripted_model, "I'm Maya. Correction: I live in Osaka now, not in Tokyo.",
         "- [durable] User lives in Osaka now, not in Tokyo\n"
         "- [correction] The user corrected their name from Maya to Lily\n"
-        "- [permanent] User's locker code is 1234"
+        "- [permanent] User's locker code is 1234",
     )
-    outcome = await archive_all(agent)
     assert outcome is not None and not outcome.raw
-    content = history_lines(agent)[0]["content"]
     assert "Lily" not in content and "1234" not in content
     assert "- [durable] User lives in Osaka now, not in Tokyo" in content
     assert "Maya" in content  # the user's own words, kept as a stated fact
 
 
 async def test_a_summary_of_only_invented_lines_archives_what_the_user_said(make_agent, scripted_model):
-    agent = make_agent()
-    scripted_model.reply("noted")
-    await agent.turn("cli:direct", "Remember this: my locker code at work is 4417.")
-    scripted_model.reply("- [permanent] User's name is Lily")
-    outcome = await archive_all(agent)
+    outcome, content = await archived_summary(
+        make_agent(), scripted_model, "Remember this: my locker code at work is 4417.",
+        "- [permanent] User's name is Lily",
+    )
     assert outcome is not None and not outcome.raw and outcome.failed is None
-    content = history_lines(agent)[0]["content"]
     assert "Lily" not in content and "4417" in content
 
 
 def test_a_summary_may_name_a_date_it_worked_out_and_what_it_was_shown():
-    from hippobot.factmatch import unsaid_names
+    from hippobot.factmatch import Said, unsaid_names
 
-    said = "[Runtime Context] Current Time: 2026-12-04 10:00 (Friday)\nuser: the demo is next Friday at Acme"
+    said = Said.of("[Runtime Context] Current Time: 2026-12-04 10:00 (Friday)\nuser: the demo is next Friday at Acme")
     assert unsaid_names("User's demo at Acme is on Friday 2026-12-11 at 10:00", said) == []
     assert unsaid_names("User's demo is at Globex, room 4417", said) == ["4417", "globex"]
     # a name translated, or a noun capitalised in German, is not an invention
-    assert unsaid_names("User lives in Munich", "user: Ich wohne in München") == []
-    assert unsaid_names("Der Nutzer wohnt in München", "user: Ich wohne in München, Nutzerin seit 2020") == []
+    assert unsaid_names("User lives in Munich", Said.of("user: Ich wohne in München")) == []
+    german = Said.of("user: Ich wohne in München, Nutzerin seit 2020")
+    assert unsaid_names("Der Nutzer wohnt in München", german) == []

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hippobot.factmatch import unsaid_names
+from hippobot.factmatch import Said, unsaid_names
 from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
@@ -249,15 +249,16 @@ def without_recalled(parsed: ParsedSummary, messages: Sequence[Message]) -> Pars
 
 def without_invented(parsed: ParsedSummary, source: str) -> ParsedSummary:
     """``parsed`` without the lines that name someone or something ``source`` (the request
-    the model answered) never mentions (kept in ``invented``, for the log). Qwen2.5-Coder-1.5B summarised a
-    session about a locker code and a move to Osaka with "[correction] The user corrected
+    the model answered) never mentions (kept in ``invented``, for the log).
+    Qwen2.5-Coder-1.5B summarised a session about a locker code and a move to Osaka with "[correction] The user corrected
     their name from Maya to Lily"; Dream placed it and the next session's memory said so. A
     line the code drops loses nothing the user said: the stated facts are added after."""
+    said = Said.of(source)
     kept: list[str] = []
     dropped: list[str] = []
     for line in parsed.lines:
         facts = fact_lines(line)
-        (dropped if any(unsaid_names(f.text, source) for f in facts) else kept).append(line)
+        (dropped if any(unsaid_names(f.text, said) for f in facts) else kept).append(line)
     if not dropped:
         return parsed
     return ParsedSummary(tuple(kept), nothing=not kept, rejected=parsed.rejected, invented=tuple(dropped))

@@ -11,6 +11,7 @@ a transcript instead, in chunks that fit, and the chunk summaries are merged.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -132,7 +133,6 @@ class Summariser:
         )
         with usage_job("consolidation"):
             response = await collect(self.model.provider.stream(request))
-        parsed = ParsedSummary(())
         for call in response.tool_calls:
             if call["function"]["name"] == "save_summary":
                 parsed = summary_from_tool_call(call["function"]["arguments"])
@@ -152,5 +152,7 @@ def _request_text(messages: Messages) -> str:
     parts: list[str] = []
     for message in messages:
         parts.append(content_text(message.get("content")))
-        parts += [call.get("function", {}).get("arguments", "") for call in message.get("tool_calls") or ()]
+        for call in message.get("tool_calls") or ():
+            arguments = call.get("function", {}).get("arguments", "")
+            parts.append(arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
     return "\n".join(parts)

@@ -39,6 +39,7 @@ from hippobot.providers.base import (
     collect,
 )
 from hippobot.providers.text_tools import offered_tools, recover_tool_calls
+from hippobot.tools.base import ToolResult
 
 if TYPE_CHECKING:
     from hippobot.tools.base import ToolRegistry
@@ -100,13 +101,6 @@ def _declines(reply: str) -> bool:
     """Whether ``reply`` is a short "I don't have enough information" and nothing more."""
     text = reply.strip()
     return 0 < len(text) <= _DECLINE_MAX_CHARS and _DECLINES.search(text) is not None
-
-
-def _found_something(result: str) -> bool:
-    """Whether a successful tool result holds anything to answer from: not empty, and not
-    memory_search's plain "No matches for 'x'." (a "no" after that is an answer)."""
-    text = result.strip()
-    return bool(text) and not (text.startswith("No matches for ") and text.count("\n") == 0)
 
 
 def _stand_in(note: str) -> Message:
@@ -264,12 +258,12 @@ class Runner:
             result.messages.append(stored)
             for call in response.tool_calls:
                 result.tool_calls += 1
-                stored_result, ok = await self._run_tool(call, persist, emit)
+                stored_result, outcome = await self._run_tool(call, persist, emit)
                 messages.append(wire_message(stored_result))
                 result.messages.append(stored_result)
                 text = stored_result.get("content")
-                last_error = text if not ok and isinstance(text, str) else None
-                found = ok and isinstance(text, str) and _found_something(text)
+                last_error = text if outcome.is_error and isinstance(text, str) else None
+                found = not (outcome.is_error or outcome.found_nothing) and bool(outcome.text.strip())
         note = _ITERATION_NOTE.format(n=self.max_iterations)
         emit(Notice(note, level="warning"))
         stored = await persist(_stand_in(note))
@@ -279,23 +273,24 @@ class Runner:
         result.stopped = "max_iterations"
         return result
 
-    async def _run_tool(self, call: ToolCall, persist: Persist, emit: EventSink) -> tuple[Message, bool]:
-        """The stored tool message, and whether the call succeeded."""
+    async def _run_tool(self, call: ToolCall, persist: Persist, emit: EventSink) -> tuple[Message, ToolResult]:
+        """The stored tool message, and what the call returned (whether it failed, whether it
+        found anything)."""
         name = call["function"]["name"]
         arguments = call["function"]["arguments"]
         summary = _call_summary(name, arguments)
         emit(ToolStarted(name, summary))
         if self.tools is None:
-            text, ok = f"Error: no tools are available; {name!r} cannot be called.", False
+            outcome = ToolResult(f"Error: no tools are available; {name!r} cannot be called.", is_error=True)
         else:
             outcome = await self.tools.execute(name, arguments)
-            text, ok = outcome.text, not outcome.is_error
-        text, original = truncate_tool_result(text, self.max_tool_result_chars)
+        ok = not outcome.is_error
+        text, original = truncate_tool_result(outcome.text, self.max_tool_result_chars)
         emit(ToolFinished(name, ok, summary))
         msg: Message = {"role": "tool", "tool_call_id": call["id"], "name": name, "content": text}
         if original is not None:
             msg["_truncated"] = original
-        return await persist(msg), ok
+        return await persist(msg), outcome
 
 
 def _add(a: Usage, b: Usage) -> Usage:

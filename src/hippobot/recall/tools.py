@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any, Literal
 
 from hippobot.errors import ToolError
-from hippobot.tools.base import Tool
+from hippobot.tools.base import Tool, ToolResult
 
 from .auto import asks_about_the_user, recalled_citation
 from .index import RecallIndex
@@ -156,7 +156,7 @@ def recall_tools(
 
     async def memory_search(
         query: str, k: int = 5, scope: Literal["all", "history", "sessions", "memory"] = "all"
-    ) -> str:
+    ) -> str | ToolResult:
         """Search everything remembered: archived history, past conversations and the memory
         files. Conversations of every chat count, including messages already summarised;
         each result starts with a citation, which memory_get expands to the full entry.
@@ -190,7 +190,7 @@ def recall_tools(
             shown = recalled() if recalled is not None else []
             if shown:
                 return f"No matches for {query!r}. {_recalled_listing(shown)}Answer from it, or search other words."
-            return f"No matches for {query!r}."
+            return ToolResult(f"No matches for {query!r}.", found_nothing=True)
         return f"{format_hits(hits)}\n{_GET_HINT}"
 
     async def memory_get(citation: str, around: int = 3) -> str:

@@ -45,6 +45,9 @@ class ToolResult:
 
     text: str
     is_error: bool = False
+    # The call worked and has nothing to answer from ("No matches for 'x'."): a model that
+    # then says it does not know has answered (the runner asks again only after a finding).
+    found_nothing: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,7 +240,7 @@ def _as_result(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         return value
     if value is None:
-        return ToolResult("(no output)")
+        return ToolResult("(no output)", found_nothing=True)
     if isinstance(value, str):
         return ToolResult(value)
     try:
