@@ -636,28 +636,62 @@ async def test_the_recalled_line_that_says_the_question_s_word_comes_first(
 async def test_memory_get_of_a_summary_shows_the_lines_about_the_question_first(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:
-    # Expanding the summary recalled for "What is my locker code at work?", the local model
+    # Expanding the summary recalled for "What is Maya's locker code?", the local model
     # answered with the entry's first line, "I have a cat named Luna".
     agent = make_agent()
     cursor = agent.memory.append_history(
-        "- [durable] I have a cat named Luna\n"
-        "- [durable] User lives in Osaka now, not in Tokyo\n"
-        "- [permanent] User's locker code at work is 4417",
+        "- [durable] Maya has a cat named Luna\n"
+        "- [durable] Maya lives in Osaka now, not in Tokyo\n"
+        "- [permanent] Maya's locker code at work is 4417",
         session_key="cli:earlier",
     ).cursor
     agent.memory.set_dream_cursor(cursor)
     scripted_model.reply_tool_call("memory_get", {"citation": f"history#{cursor}"}).reply("4417.")
-    result = await agent.turn("cli:fresh", "What is my locker code at work?")
+    result = await agent.turn("cli:fresh", "What is Maya's locker code at work?")
     assert result.reply == "4417."
     shown = scripted_model.requests[-1].messages[-1]
     assert shown["role"] == "tool"
     lines = shown["content"].splitlines()
     assert lines[0].startswith(f"history#{cursor} (") and lines[0].endswith(", its lines about the user's message first:")
     assert lines[1:] == [
-        "- [permanent] User's locker code at work is 4417",
-        "- [durable] I have a cat named Luna",  # the whole entry, once
-        "- [durable] User lives in Osaka now, not in Tokyo",
+        "- [permanent] Maya's locker code at work is 4417",
+        "- [durable] Maya has a cat named Luna",  # the whole entry, once
+        "- [durable] Maya lives in Osaka now, not in Tokyo",
     ]
+
+
+async def test_memory_get_of_a_summary_shows_only_what_a_question_about_the_user_asks(
+    make_agent: Callable[..., Agent], scripted_model: ScriptedModel
+) -> None:
+    # Led by the locker code, the local model still answered "What is my locker code at
+    # work?" with a later line of the summary ("I live in Osaka now", "I moved.") in four
+    # runs of four: the other facts are left out, and counted.
+    agent = make_agent()
+    cursor = agent.memory.append_history(
+        "- [durable] User has a cat named Luna\n"
+        "- [durable] User works at Initech as a nurse\n"
+        "- [permanent] User's locker code at work is 4417\n"
+        "  (the user's own words, asked to be remembered: session cli:earlier#4)\n"
+        "- [durable] User lives in Osaka now, not in Tokyo",
+        session_key="cli:earlier",
+    ).cursor
+    agent.memory.set_dream_cursor(cursor)
+    got = {"citation": f"history#{cursor}"}
+    scripted_model.reply_tool_call("memory_get", got).reply("4417.")
+    await agent.turn("cli:fresh", "What is my locker code at work?")
+    lines = scripted_model.requests[-1].messages[-1]["content"].splitlines()
+    assert lines[0].startswith(f"history#{cursor} (")
+    assert lines[0].endswith(", its line about the user's message (3 other lines, about other things, left out):")
+    assert lines[1:] == [
+        "- [permanent] User's locker code at work is 4417",
+        "  (the user's own words, asked to be remembered: session cli:earlier#4)",
+    ]
+
+    # a question none of whose words a line says: the whole entry
+    scripted_model.reply_tool_call("memory_get", got).reply("Luna.")
+    await agent.turn("cli:pets", "Do I have any pets?")
+    lines = scripted_model.requests[-1].messages[-1]["content"].splitlines()
+    assert len(lines) == 6 and "left out" not in lines[0]
 
 
 async def test_memory_get_shows_what_the_user_said_alone_for_a_question_about_the_user(

@@ -66,6 +66,8 @@ __all__ = [
     "parse_citation",
     "parse_query",
     "score_sql",
+    "terms_said",
+    "words_said",
 ]
 
 Kind = Literal["history", "session", "memory"]
@@ -327,10 +329,16 @@ def words_said(text: str, query: ParsedQuery) -> int:
     """How many of the query's distinct terms ``text`` holds as the very word, not only
     by its stem: "User's name is Maya" says the "name" of "What is my name?", "I have a
     cat named Luna" only matches it."""
+    return terms_said(text, query)[1]
+
+
+def terms_said(text: str, query: ParsedQuery) -> tuple[int, int]:
+    """How many of the query's distinct terms ``text`` matches, by stem or as the very
+    word, and how many of those it holds as the very word (see :func:`words_said`)."""
     flat = unicodedata.normalize("NFKC", text)
-    return len(
-        {t for s, e, t in _match_spans(flat, query) if flat[s:e].casefold() == query.terms[t].text}
-    )
+    spans = _match_spans(flat, query)
+    exact = {t for s, e, t in spans if flat[s:e].casefold() == query.terms[t].text}
+    return len({t for _s, _e, t in spans}), len(exact)
 
 
 def best_lines(text: str, query: ParsedQuery, *, width: int = 280) -> tuple[str, int] | None:

@@ -18,7 +18,7 @@ from hippobot.tools.base import Tool, ToolResult
 
 from .auto import asks_about_the_user, recalled_citation
 from .index import RecallIndex
-from .query import Hit, RecallError, parse_citation, parse_query, words_said
+from .query import Hit, RecallError, parse_citation, parse_query, terms_said
 
 __all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
@@ -93,15 +93,23 @@ def _recalled_listing(recalled: list[str]) -> str:
     return f"The memory recalled for the user's message is in its runtime context:\n{listed}\n"
 
 
-def _lead_with_the_asked(result: str, asked: str) -> str:
-    """A history entry with its lines about the user's message first.
+def _lead_with_the_asked(result: str, asked: str, *, only_the_asked: bool = False) -> str:
+    """A history entry with its lines about the user's message first, or, with
+    ``only_the_asked``, those lines alone.
 
     An entry summarises a conversation, a fact a line, and a small model answers from the
     first fact it reads: expanding the summary recalled for "What is my locker code at
     work?", the local model answered with its first line ("I have a cat named Luna"), and
     with a line about the locker code above the whole entry, with the entry's first line
     again ("I live in Osaka now"). The lines that say most of what was asked lead now,
-    each with the lines under it, the others after in their order."""
+    each with the lines under it, the others after in their order.
+
+    Led by the locker code, the same model still answered with a later line in four runs
+    of four ("I live in Osaka now", "I moved.", "I work at Initech as a nurse"). For a
+    question about the user (``only_the_asked``) a summary's other lines are other facts,
+    as a session's other messages are: the lines that say most of the question are shown
+    alone, and the first line counts those left out. An entry no line of which says the
+    question's words is shown whole."""
     head, sep, body = result.partition("\n")
     if not sep or not head.startswith("history#") or not asked.strip():
         return result
@@ -112,10 +120,19 @@ def _lead_with_the_asked(result: str, asked: str) -> str:
             items[-1].append(line)  # a note under a fact ("  (the user's own words ...)")
         else:
             items.append([line])
-    said = [words_said(item[0], query) for item in items]
-    if not any(said):
+    said = [terms_said(item[0], query) for item in items]
+    if not any(matched for matched, _exact in said):
         return result
-    order = sorted(range(len(items)), key=lambda i: -said[i])
+    if only_the_asked:
+        best = max(said)
+        kept = [item for item, key in zip(items, said, strict=True) if key == best]
+        others = len(items) - len(kept)
+        if others:
+            what = "line" if len(kept) == 1 else "lines"
+            left_out = f"{others} other line{'s' if others > 1 else ''}, about other things, left out"
+            lines = [line for item in kept for line in item]
+            return "\n".join([f"{head}, its {what} about the user's message ({left_out}):", *lines])
+    order = sorted(range(len(items)), key=lambda i: (-said[i][1], -said[i][0]))
     lines = [line for i in order for line in items[i]]
     return "\n".join([f"{head}, its lines about the user's message first:", *lines])
 
@@ -216,7 +233,7 @@ def recall_tools(
             found = index.get(
                 cite, width, session_key=session_key, include_other_sessions=include_other_sessions,
             )  # fmt: skip
-            return _lead_with_the_asked(found, message)
+            return _lead_with_the_asked(found, message, only_the_asked=about_the_user)
 
         try:
             return await asyncio.to_thread(get, citation)
