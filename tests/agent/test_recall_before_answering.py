@@ -61,6 +61,13 @@ async def _plant(agent: Agent, scripted_model: ScriptedModel) -> None:
     await agent.turn("cli:earlier", FACT)
 
 
+def _filed_summary(agent: Agent, text: str, session_key: str, **when: str) -> int:
+    """A history entry Dream has filed (no longer in Recent History); its cursor."""
+    cursor = agent.memory.append_history(text, session_key=session_key, **when).cursor
+    agent.memory.set_dream_cursor(cursor)
+    return cursor
+
+
 async def test_a_question_asked_with_instructions_is_searched_as_the_question(
     make_agent: Callable[..., Agent], scripted_model: ScriptedModel
 ) -> None:
@@ -245,13 +252,13 @@ async def test_a_summary_of_many_facts_is_recalled_as_the_fact_asked_about(
     # shown ("I work at Initech as a nurse"), and passed a lifecycle tag to memory_get as a
     # citation: an entry is recalled as its matching lines, whole and untagged.
     agent = make_agent()
-    cursor = agent.memory.append_history(
+    cursor = _filed_summary(
+        agent,
         "- [correction] I work at Initech as a nurse.\n"
         "- [durable] User's name is Maya\n"
         "- [durable] User's cat is called Luna, she is a grey tabby",
         session_key="cli:earlier",
-    ).cursor
-    agent.memory.set_dream_cursor(cursor)  # filed by Dream: no longer in Recent History
+    )
     scripted_model.reply("Maya.")
     await agent.turn("cli:fresh", "What is my name?")
     block = _runtime_block(scripted_model.requests[-1])
@@ -452,11 +459,11 @@ async def test_the_summary_of_the_correcting_conversation_is_not_recalled_for_it
     await _chatter(agent, scripted_model)  # words the question does not share
     scripted_model.reply("Noted, Osaka it is.")
     await agent.turn("cli:later", "I moved. I live in Osaka now, not in Tokyo.")
-    cursor = agent.memory.append_history(
+    cursor = _filed_summary(
+        agent,
         "- [durable] I live in Tokyo.\n- [durable] User's locker code is 4417", session_key="cli:later",
         timestamp=format_timestamp(datetime.now() + timedelta(minutes=5)),  # archived afterwards
-    ).cursor
-    agent.memory.set_dream_cursor(cursor)  # filed by Dream: no longer in Recent History
+    )
     scripted_model.reply("You live in Osaka.")
     await agent.turn("cli:fresh", "Which city do I live in?")
 
@@ -639,13 +646,13 @@ async def test_memory_get_of_a_summary_shows_the_lines_about_the_question_first(
     # Expanding the summary recalled for "What is Maya's locker code?", the local model
     # answered with the entry's first line, "I have a cat named Luna".
     agent = make_agent()
-    cursor = agent.memory.append_history(
+    cursor = _filed_summary(
+        agent,
         "- [durable] Maya has a cat named Luna\n"
         "- [durable] Maya lives in Osaka now, not in Tokyo\n"
         "- [permanent] Maya's locker code at work is 4417",
         session_key="cli:earlier",
-    ).cursor
-    agent.memory.set_dream_cursor(cursor)
+    )
     scripted_model.reply_tool_call("memory_get", {"citation": f"history#{cursor}"}).reply("4417.")
     result = await agent.turn("cli:fresh", "What is Maya's locker code at work?")
     assert result.reply == "4417."
@@ -667,15 +674,15 @@ async def test_memory_get_of_a_summary_shows_only_what_a_question_about_the_user
     # work?" with a later line of the summary ("I live in Osaka now", "I moved.") in four
     # runs of four: the other facts are left out, and counted.
     agent = make_agent()
-    cursor = agent.memory.append_history(
+    cursor = _filed_summary(
+        agent,
         "- [durable] User has a cat named Luna\n"
         "- [durable] User works at Initech as a nurse\n"
         "- [permanent] User's locker code at work is 4417\n"
         "  (the user's own words, asked to be remembered: session cli:earlier#4)\n"
         "- [durable] User lives in Osaka now, not in Tokyo",
         session_key="cli:earlier",
-    ).cursor
-    agent.memory.set_dream_cursor(cursor)
+    )
     got = {"citation": f"history#{cursor}"}
     scripted_model.reply_tool_call("memory_get", got).reply("4417.")
     await agent.turn("cli:fresh", "What is my locker code at work?")

@@ -18,7 +18,7 @@ from hippobot.tools.base import Tool, ToolResult
 
 from .auto import asks_about_the_user, recalled_citation
 from .index import RecallIndex
-from .query import Hit, RecallError, parse_citation, parse_query, terms_said
+from .query import Hit, ParsedQuery, RecallError, parse_citation, parse_query, terms_said
 
 __all__ = ["format_explained", "format_hit", "format_hits", "hits_to_json", "recall_tools"]
 
@@ -93,7 +93,7 @@ def _recalled_listing(recalled: list[str]) -> str:
     return f"The memory recalled for the user's message is in its runtime context:\n{listed}\n"
 
 
-def _lead_with_the_asked(result: str, asked: str, *, only_the_asked: bool = False) -> str:
+def _lead_with_the_asked(result: str, query: ParsedQuery | None, *, only_the_asked: bool = False) -> str:
     """A history entry with its lines about the user's message first, or, with
     ``only_the_asked``, those lines alone.
 
@@ -111,15 +111,16 @@ def _lead_with_the_asked(result: str, asked: str, *, only_the_asked: bool = Fals
     alone, and the first line counts those left out. An entry no line of which says the
     question's words is shown whole."""
     head, sep, body = result.partition("\n")
-    if not sep or not head.startswith("history#") or not asked.strip():
+    if not sep or not head.startswith("history#") or query is None:
         return result
-    query = parse_query(asked)
     items: list[list[str]] = []
     for line in body.split("\n"):
         if items and not line.lstrip().startswith(("-", "*")) and line[:1].isspace():
             items[-1].append(line)  # a note under a fact ("  (the user's own words ...)")
         else:
             items.append([line])
+    # (terms matched, of those as the very word): the rule best_lines picks an entry's
+    # recalled lines by, so what is recalled and what memory_get leads with agree
     said = [terms_said(item[0], query) for item in items]
     if not any(matched for matched, _exact in said):
         return result
@@ -132,7 +133,7 @@ def _lead_with_the_asked(result: str, asked: str, *, only_the_asked: bool = Fals
             left_out = f"{others} other line{'s' if others > 1 else ''}, about other things, left out"
             lines = [line for item in kept for line in item]
             return "\n".join([f"{head}, its {what} about the user's message ({left_out}):", *lines])
-    order = sorted(range(len(items)), key=lambda i: (-said[i][1], -said[i][0]))
+    order = sorted(range(len(items)), key=lambda i: (-said[i][0], -said[i][1]))
     lines = [line for i in order for line in items[i]]
     return "\n".join([f"{head}, its lines about the user's message first:", *lines])
 
@@ -221,7 +222,8 @@ def recall_tools(
             around: How many messages (or lines) to show on each side (0-20).
         """
         message = asked() if asked is not None else ""
-        about_the_user = bool(message) and asks_about_the_user(parse_query(message), message)
+        query = parse_query(message) if message.strip() else None
+        about_the_user = query is not None and asks_about_the_user(query, message)
 
         # Asked about the user ("What is my cat called?"), the cited message alone: what
         # the user said answers. Beside it, the local model copied the reply next to it ("I
@@ -233,7 +235,7 @@ def recall_tools(
             found = index.get(
                 cite, width, session_key=session_key, include_other_sessions=include_other_sessions,
             )  # fmt: skip
-            return _lead_with_the_asked(found, message, only_the_asked=about_the_user)
+            return _lead_with_the_asked(found, query, only_the_asked=about_the_user)
 
         try:
             return await asyncio.to_thread(get, citation)
