@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
@@ -69,7 +69,7 @@ _POSSESSIVE = lazy_compile(r"['’]s$")
 # English function words. One list: fact matching, memory relevance and (after the recall
 # rewrite) search queries drop the same words.
 STOP_WORDS = frozenset(
-    ["a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "before", "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "mine", "more", "most", "my", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "yes", "you", "your", "yours", "may", "might", "must", "shall", "really"]
+    ["a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "before", "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "it", "its", "just", "me", "mine", "more", "most", "my", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "yes", "you", "your", "yours", "may", "might", "must", "shall", "really"]
 )
 
 # Words a rewording of a fact drops without changing it: Dream writes "User has a cat named
@@ -86,6 +86,7 @@ _NEGATED_BEFORE = lazy_compile(
     re.I,
 )
 _LIST_MARK = lazy_compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
+_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s+")
 _SIMILAR = 0.85  # a rewording this close to a line counts as the same line
 
 
@@ -104,11 +105,17 @@ def fold(word: str) -> str:
 
 @lru_cache(maxsize=16384)
 def stem(word: str) -> str:
-    """:func:`fold`, then "-ing", "-ed", "-es" off (statement checks: "moved" ~ "moves")."""
+    """:func:`fold`, then "-ing", "-ed" or "-s" off and final "e"s (statement checks:
+    "moved" ~ "moves" ~ "move", "lives" ~ "live", "tomatoes" ~ "tomato"; "-es" off whole
+    had made "lives" "liv" but left "live" alone, so "User lives in Osaka" did not state
+    "I live in Osaka")."""
     low = _POSSESSIVE.sub("", word.lower())
-    for suffix in ("ing", "ed", "es", "s"):
+    for suffix in ("ing", "ed", "s"):
         if len(low) > len(suffix) + 2 and low.endswith(suffix) and not low.endswith("ss"):
-            return low[: -len(suffix)]
+            low = low[: -len(suffix)]
+            break
+    while len(low) > 3 and low.endswith("e"):  # "agree" ~ "agreed"
+        low = low[:-1]
     return low
 
 
@@ -197,7 +204,21 @@ def mentions_old_value(text: str, old: str, new: str) -> bool:
 def find_statement(
     fact: str, files: Iterable[tuple[str, str]], *, loose: bool = False
 ) -> str | None:
-    """``"FILE:LINE"`` of the first line in ``files`` (name, text) that states ``fact``."""
+    """``"FILE:LINE"`` of the first line in ``files`` (name, text) that states ``fact``; for
+    a fact of several sentences that no one line states, the line of its first sentence
+    when every sentence that says something is stated by some line ("Hi! I'm Maya. Please
+    remember that I work at Initech as a nurse" by "- Name: Maya" and "User works at
+    Initech as a nurse": the files say it, one fact a line)."""
+    files = list(files)
+    found = _first_stating(fact, files, loose)
+    sentences = [s for s in _SENTENCE_END.split(fact.strip()) if any(keywords(s))]
+    if found is not None or len(sentences) < 2:
+        return found
+    where = [_first_stating(s, files, loose) for s in sentences]
+    return where[0] if all(where) else None
+
+
+def _first_stating(fact: str, files: Sequence[tuple[str, str]], loose: bool) -> str | None:
     for name, text in files:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip() and not line.lstrip().startswith("#") and states(line, fact, loose=loose):

@@ -102,9 +102,25 @@ def test_nothing_is_added_twice_whatever_the_wording() -> None:
     assert out == files
 
 
-def test_a_history_fact_reads_as_a_memory_line() -> None:
-    assert as_memory_line("User said: my locker code at work is 4417.") == "My locker code at work is 4417"
-    assert as_memory_line("Remember that I'm vegetarian") == "I'm vegetarian"
+def test_a_history_fact_reads_as_a_memory_line_about_the_user() -> None:
+    assert as_memory_line("User said: my locker code at work is 4417.") == "User's locker code at work is 4417"
+    assert as_memory_line("Remember that I'm vegetarian") == "User is vegetarian"
+    assert as_memory_line("I moved. I live in Osaka now, not in Tokyo") == "User moved. User lives in Osaka now, not in Tokyo"
+    assert as_memory_line("User's cat is called Luna, she is a grey tabby") == "User's cat is called Luna, she is a grey tabby"
+
+
+def test_the_users_own_words_are_not_placed_beside_the_same_fact() -> None:
+    # A remembered message came back verbatim ("Hi! I'm Maya. Please remember that I work
+    # at Initech as a nurse") next to the summary's line for it, in another voice.
+    files = {"memory/MEMORY.md": "# Memory\n\n## About the user\n- User works at Initech as a nurse\n",
+             "USER.md": "# User Profile\n\n- Name: Maya\n"}
+    fact = as_memory_line("Hi! I'm Maya. Please remember that I work at Initech as a nurse")
+    assert fact == "User's name is Maya. User works at Initech as a nurse"
+    assert apply(files, f"[USER] {fact}") == files  # each sentence is stated by a line
+    assert apply(files, "[USER] Hi! I'm Maya. Please remember that I work at Initech as a nurse") == files
+    moved = apply(files, "[MEMORY] " + as_memory_line("I live in Osaka now"))
+    assert moved["memory/MEMORY.md"].endswith("- User works at Initech as a nurse\n- User lives in Osaka now\n")
+    assert apply(moved, "[MEMORY] I live in Osaka now") == moved  # "lives" states "live"
 
 
 def test_an_empty_template_field_is_filled_in() -> None:

@@ -123,7 +123,7 @@ async def test_a_fact_the_analysis_left_out_is_kept_as_the_history_states_it(mak
     scripted_model.reply("Nothing to add.")  # asked once more about it: still no finding
     result = await agent.dream.run()
     assert result.status == "done" and not result.held, result.describe()
-    assert "- My locker code at work is 4417" in read(agent)
+    assert "- User's locker code at work is 4417" in read(agent)
     [outcome] = result.outcomes
     assert outcome.status == "written"
     assert agent.memory.pending_count() == 0
@@ -149,7 +149,7 @@ async def test_asked_again_a_model_that_echoes_the_prompt_removes_nothing(make_a
     scripted_model.reply('[USER] the fact, for USER.md\n[FILE-REMOVE] SOUL.md: "Honest about uncertainty: says so plainly rather than guessing." — reason')
     result = await agent.dream.run()
     assert read(agent, "SOUL.md") == soul
-    assert "- I work at Initech as a nurse\n" in read(agent) and "the fact, for USER.md" not in read(agent)
+    assert "- User works at Initech as a nurse\n" in read(agent) and "the fact, for USER.md" not in read(agent)
     assert [o.status for o in result.outcomes] == ["written"] and not result.held
 
 

@@ -40,6 +40,7 @@ from hippobot.factmatch import (
 )
 from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.dream_findings import Finding
+from hippobot.lifecycle.stated_facts import about_the_user
 from hippobot.recall.auto import recalled_text
 from hippobot.workspace import MEMORY_MD
 
@@ -148,14 +149,16 @@ def _insert(text: str, line: str, heading: str) -> str:
 
 
 def as_memory_line(fact: str) -> str:
-    """A history fact as a memory line: a leading "User said:" or "Remember that" dropped
-    (the rest as the history states it; USER.md speaks in the user's voice anyway)."""
+    """A history fact as a memory line: a leading "User said:" or "Remember that" dropped,
+    and the rest as the history states it but about the user, in the third person
+    (:func:`~hippobot.lifecycle.stated_facts.about_the_user`: both files' lines are what
+    hippobot knows about the user, never the user's own words)."""
     text = re.sub(
         r"^(?:the\s+)?user\s+(?:said|says|mentioned|stated|asked to remember)\s*(?:that\s*)?:?\s*",
         "", fact.strip(), flags=re.I,
     )
     text = re.sub(r"^(?:please\s+)?remember(?:\s+this|\s+that)?\s*:?\s*", "", text, flags=re.I)
-    text = text.strip().rstrip(".")
+    text = about_the_user(text.strip()).rstrip(".")
     return text[:1].upper() + text[1:] if text else fact.strip()
 
 

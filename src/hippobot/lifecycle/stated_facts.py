@@ -26,7 +26,7 @@ from hippobot.memory.facts import fact_lines, keywords, states
 from hippobot.memory.remember import asked_to_keep
 from hippobot.messages import Message, content_text, public_text
 
-__all__ = ["StatedFact", "stated_facts", "with_stated_facts", "without_invented", "without_recalled"]
+__all__ = ["StatedFact", "about_the_user", "stated_facts", "with_stated_facts", "without_invented", "without_recalled"]
 
 MAX_FACTS = 20  # per slice: a pasted document is not a list of facts about the user
 MAX_MESSAGE_CHARS = 1500  # longer user messages are documents, not statements
@@ -143,6 +143,34 @@ def as_claim(sentence: str) -> str:
     for pattern, replacement in _PRONOUNS:
         text = pattern.sub(replacement, text)
     return text[:1].upper() + text[1:]
+
+
+_FIRST_PERSON = lazy_compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'll|i’ll|i'd|i’d|my|me|mine|myself)\b", re.I)
+
+
+def about_the_user(fact: str) -> str:
+    """A fact line about the user in the third person, sentence by sentence ("I moved. I live
+    in Osaka now" → "User moved. User lives in Osaka now"); a greeting or an opener dropped,
+    "please remember that" dropped (the consolidator's history lines are sometimes the
+    user's own words). A line that says nothing in the first person is left as it is.
+
+    Why: the memory files are shown to the model as what hippobot knows about the user, and a
+    1.5B model asked "What did I say about the garden?" answered with a first-person line of
+    them ("I moved. I live in Osaka now"), quoting it as if the user had just said it; and
+    "Hi! I'm Maya. Please remember that I work at Initech as a nurse" sat beside "User works
+    at Initech as a nurse", the same fact in another voice."""
+    text = fact.strip()
+    if not _FIRST_PERSON.search(text):
+        return text
+    out = []
+    for sentence in _SENTENCE_END.split(text):
+        body = _OPENER.sub("", sentence.strip()).strip()
+        body = asked_to_keep(body) or body
+        body = _TOPIC.sub("", body).strip()
+        if not body.strip(".!;, "):
+            continue  # "Hi!"
+        out.append(as_claim(body) if _FIRST_PERSON.search(body) else body.rstrip(".!;,").strip())
+    return ". ".join(out) if out else text
 
 
 def _sentences(text: str) -> Iterable[str]:
