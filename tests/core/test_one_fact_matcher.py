@@ -79,6 +79,10 @@ def test_save_summary_records_which_fact_a_correction_replaces() -> None:
     assert split_correction('I mistakenly mentioned "basil" instead of "basil".')[1] is None
     assert split_correction('Old text "I live in Tokyo now, not in Osaka now." was not found')[1] is None
     assert split_correction("User does not eat meat", strict=True) == ("User does not eat meat", None)
+    # ... and one whose "not" denies its verb: "The weather was" had become the new fact
+    weather = "The weather was not awful today, it was sunny"
+    assert split_correction(weather) == (weather, None)
+    assert split_correction("The meeting is on Friday, not Monday") == ("The meeting is on Friday", "Monday")
 
 
 async def test_a_correction_archived_through_save_summary_replaces_the_old_fact(make_agent, scripted_model):

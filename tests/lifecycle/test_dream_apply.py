@@ -129,6 +129,15 @@ def test_an_empty_template_field_is_filled_in() -> None:
     assert out["USER.md"] == "# User Profile\n\n- Name: Maya\n- Location / timezone: Osaka (JST)\n- Languages:\n"
 
 
+def test_a_sentence_of_a_longer_fact_fills_its_field_and_the_rest_gets_a_line() -> None:
+    # "Name: Maya. User works at Initech as a nurse" had filled the name field.
+    files = {"USER.md": "# User Profile\n\n- Name:\n- Languages:\n\n## Work\n- User works at Initech as a nurse\n"}
+    out = apply(files, "[USER] User's name is Maya. User works at Initech as a nurse")
+    assert out["USER.md"] == files["USER.md"].replace("- Name:", "- Name: Maya")
+    out = apply(files, "[USER] User's name is Maya. User plays chess")
+    assert "- Name: Maya\n" in out["USER.md"] and out["USER.md"].endswith("\n- User plays chess\n")
+
+
 def test_a_fact_about_a_field_of_the_user_fills_that_field() -> None:
     # "User's name is Maya" went under "Learned in conversation" while "- Name:" stayed
     # empty; the field is where "What is my name?" is read from.

@@ -49,6 +49,7 @@ __all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
 LEARNED_HEADING = "## Learned in conversation"
 _HEADING = lazy_compile(r"^(#{1,6})\s+\S")
 _MARK = lazy_compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
+_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s+")
 _SECTION_MIN = 2  # shared words (a heading word counts twice) to choose a section
 
 
@@ -252,15 +253,22 @@ def _add(out: Placement, finding: Finding) -> None:
             out.skipped.append(f"{finding.text!r} is already stated ({present})")
         return
     file = finding.file or MEMORY_MD
-    filled = _fill_field(out.files.get(file, ""), finding.text)
-    if filled is not None:
-        out.files[file] = filled
-        out.done.append(f"{file}: filled in {finding.text!r}")
-        return
-    out.files[file] = _insert(out.files.get(file, ""), _as_line(finding.text), finding.heading)
+    sentences = _SENTENCE_END.split(finding.text.strip())
+    rest = []  # a sentence that fills a template field goes there, the others on a line
+    for sentence in sentences:
+        filled = _fill_field(out.files.get(file, ""), sentence)
+        if filled is None:
+            rest.append(sentence.strip())
+        else:
+            out.files[file] = filled
+            out.done.append(f"{file}: filled in {sentence.strip()!r}")
+    text = " ".join(rest)
+    if not rest or (len(rest) < len(sentences) and find_statement(text, out.files.items())):
+        return  # the field took the news; the rest the files already say
+    out.files[file] = _insert(out.files.get(file, ""), _as_line(text), finding.heading)
     where = f" under {finding.heading!r}" if finding.heading else ""
-    out.done.append(f"{file}: added {finding.text!r}{where}")
-    given = _introduced_name(finding.text)
+    out.done.append(f"{file}: added {text!r}{where}")
+    given = _introduced_name(text)
     named = _fill_field(out.files[file], f"Name: {given}") if given else None
     if named is not None:
         out.files[file] = named

@@ -147,6 +147,13 @@ def fact_text(line: str) -> str:
     return fact.text if fact is not None else line
 
 
+_ENDS_WITH_VERB = lazy_compile(
+    r"\b(?:is|are|was|were|be|been|am|do|does|did|has|have|had|will|would|can|could|should|"
+    r"may|might|must|shall)\s*$",
+    re.I,
+)
+
+
 def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | None]:
     """``("moved to Osaka", "Tokyo")`` for "moved to Osaka, not Tokyo" (or "moved from Tokyo
     to Osaka"); ``(text, None)`` when no replaced value is named.
@@ -167,7 +174,11 @@ def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | Non
 
     if m is not None and m.start() > 0:
         claim = body[: m.start()].strip(" ,;(—–-")
-        return claim, _replaces_something(claim, m.group(1).strip(" .,;)"))
+        if _ENDS_WITH_VERB.search(claim) is None:
+            return claim, _replaces_something(claim, m.group(1).strip(" .,;)"))
+        # "The weather was not awful, it was sunny": the "not" denies the verb, it does not
+        # name a replaced value ("The weather was" had been placed as the new fact).
+        return (body, None) if ref is None or not ref.text else (body, replaced_value(ref.text, body))
     m = _FROM_TO.search(body) or _TO_FROM.search(body)
     if m is not None and m.group("old").strip():
         claim = (body[: m.start("cut")] + body[m.end("cut") :]).strip(" ,;")
