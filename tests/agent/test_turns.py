@@ -389,7 +389,14 @@ async def test_a_reply_that_declines_after_tool_steps_that_found_the_fact_is_ask
     assert "4417" in last["messages"][-2]["content"]  # the tool result it is told to answer from
     assert any("could not answer after its tool steps" in getattr(e, "text", "") for e in events)
 
+    # ... and so is "no ability to remember", read in the same place (a core run at 4328dba)
+    scripted_model.reply_tool_call("memory_get", {"citation": f"history#{entry.cursor}"})
+    scripted_model.reply("I'm sorry, but I don't have the ability to remember or access external sources like history files.")
+    scripted_model.reply("Your locker code at work is 4417.")
+    again = await agent.turn("cli:direct", "What is my locker code at work?")
+    assert again.reply == "Your locker code at work is 4417." and len(scripted_model.requests) == 6
+
     # asked once, not in a loop; and without tool steps a refusal is the answer
     scripted_model.reply("I don't know.")
     plain = await agent.turn("cli:direct", "What will the weather be in 2030?")
-    assert plain.reply == "I don't know." and len(scripted_model.requests) == 4
+    assert plain.reply == "I don't know." and len(scripted_model.requests) == 7

@@ -90,7 +90,8 @@ def _repeats(reply: str, tool_text: str) -> bool:
 # memory_eval answers in one run).
 _DECLINES = lazy_compile(
     r"\b(?:(?:do not|don't|don’t) have (?:enough|sufficient|any|the) (?:information|context|details)"
-    r"|(?:can't|cannot|can’t|am unable to|unable to) (?:help|assist|answer|provide|find)"
+    r"|(?:do not|don't|don’t) have (?:the ability|access) to"
+    r"|(?:can't|cannot|can’t|am unable to|unable to) (?:help|assist|answer|provide|find|remember|recall|access)"
     r"|(?:do not|don't|don’t) know)\b",
     re.I,
 )
