@@ -396,7 +396,17 @@ async def test_a_reply_that_declines_after_tool_steps_that_found_the_fact_is_ask
     again = await agent.turn("cli:direct", "What is my locker code at work?")
     assert again.reply == "Your locker code at work is 4417." and len(scripted_model.requests) == 6
 
+    # ... and so is a note that points to a tool instead of answering (memory_search's
+    # result ends "Read more with memory_get(citation)")
+    scripted_model.reply_tool_call("memory_search", {"query": "locker"})
+    scripted_model.reply("To get the full text of the entry, you can use the `memory_get` function with the citation provided.")
+    scripted_model.reply("Your locker code at work is 4417.")
+    events.clear()
+    pointed = await agent.turn("cli:direct", "What is my locker code at work?", on_event=events.append)
+    assert pointed.reply == "Your locker code at work is 4417." and len(scripted_model.requests) == 9
+    assert any("told you to call a tool instead of answering" in getattr(e, "text", "") for e in events)
+
     # asked once, not in a loop; and without tool steps a refusal is the answer
     scripted_model.reply("I don't know.")
     plain = await agent.turn("cli:direct", "What will the weather be in 2030?")
-    assert plain.reply == "I don't know." and len(scripted_model.requests) == 7
+    assert plain.reply == "I don't know." and len(scripted_model.requests) == 10

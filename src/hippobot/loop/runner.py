@@ -104,6 +104,17 @@ def _declines(reply: str) -> bool:
     return 0 < len(text) <= _DECLINE_MAX_CHARS and _DECLINES.search(text) is not None
 
 
+def _points_to_a_tool(reply: str, schemas: list[dict[str, Any]]) -> bool:
+    """Whether ``reply`` is a short note that names one of the offered tools: "To get the
+    full text of the memory entry about the garden, you can use the `memory_get` function
+    with the citation provided." (the local model's whole answer after memory_search had
+    returned the garden line, echoing the result's "Read more with memory_get")."""
+    text = reply.strip()
+    if not 0 < len(text) <= _DECLINE_MAX_CHARS:
+        return False
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in offered_tools(schemas))
+
+
 def _stand_in(note: str) -> Message:
     """The assistant message hippobot stores where the model gave no answer."""
     return {"role": "assistant", "content": note, "_stand_in": True}
@@ -213,8 +224,9 @@ class Runner:
                 # Told "I don't have enough information" after tool steps that all
                 # succeeded: asked once to answer from what they returned.
                 declined = found and _declines(reply)
+                pointed = found and not declined and _points_to_a_tool(reply, schemas)
                 if (
-                    (parroted or restated or declined or not reply.strip())
+                    (parroted or restated or declined or pointed or not reply.strip())
                     and self.ask_again_if_empty
                     and not asked_again
                     and iteration < self.max_iterations
@@ -234,6 +246,7 @@ class Runner:
                         "repeated a tool's error" if parroted
                         else "repeated what it wrote beside its tool call" if restated
                         else "said it could not answer after its tool steps" if declined
+                        else "told you to call a tool instead of answering" if pointed
                         else "was empty"
                     )  # fmt: skip
                     how = "to answer from what its tools returned" if answer_only else "once more"
