@@ -57,6 +57,7 @@ __all__ = [
     "mentions_old_value",
     "normalize_line",
     "same_line",
+    "split_sentences",
     "states",
     "stem",
     "unsaid_names",
@@ -86,7 +87,9 @@ _NEGATED_BEFORE = lazy_compile(
     re.I,
 )
 _LIST_MARK = lazy_compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
-_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s+")
+# A sentence ends at ".", "!" or "?" before a capital, not after a title or an initial
+# ("Dr. Smith", "J. Doe" stay whole: a field filled with "Dr" would lose the name).
+_SENTENCE_END = lazy_compile(r"(?<=[.!?])(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<!\b[A-Z]\.)\s+(?=[\"'“(]?[A-Z0-9])")
 _SIMILAR = 0.85  # a rewording this close to a line counts as the same line
 
 
@@ -211,11 +214,16 @@ def find_statement(
     Initech as a nurse": the files say it, one fact a line)."""
     files = list(files)
     found = _first_stating(fact, files, loose)
-    sentences = [s for s in _SENTENCE_END.split(fact.strip()) if any(keywords(s))]
+    sentences = [s for s in split_sentences(fact) if any(keywords(s))]
     if found is not None or len(sentences) < 2:
         return found
     where = [_first_stating(s, files, loose) for s in sentences]
     return where[0] if all(where) else None
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of one line of text, stripped (a fact line may hold several)."""
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
 
 
 def _first_stating(fact: str, files: Sequence[tuple[str, str]], loose: bool) -> str | None:

@@ -136,6 +136,8 @@ def test_a_sentence_of_a_longer_fact_fills_its_field_and_the_rest_gets_a_line() 
     assert out["USER.md"] == files["USER.md"].replace("- Name:", "- Name: Maya")
     out = apply(files, "[USER] User's name is Maya. User plays chess")
     assert "- Name: Maya\n" in out["USER.md"] and out["USER.md"].endswith("\n- User plays chess\n")
+    titled = apply(files, "[USER] User's name is Dr. Jane Smith")["USER.md"]  # a title is no sentence end
+    assert "- Name: Dr. Jane Smith\n" in titled and "Learned" not in titled
 
 
 def test_a_fact_about_a_field_of_the_user_fills_that_field() -> None:

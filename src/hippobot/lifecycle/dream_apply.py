@@ -35,6 +35,7 @@ from hippobot.factmatch import (
     keywords,
     line_similarity,
     mentions_old_value,
+    split_sentences,
     states,
     stem,
 )
@@ -49,7 +50,6 @@ __all__ = ["LEARNED_HEADING", "Placement", "apply_findings", "as_memory_line"]
 LEARNED_HEADING = "## Learned in conversation"
 _HEADING = lazy_compile(r"^(#{1,6})\s+\S")
 _MARK = lazy_compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
-_SENTENCE_END = lazy_compile(r"(?<=[.!?])\s+")
 _SECTION_MIN = 2  # shared words (a heading word counts twice) to choose a section
 
 
@@ -253,15 +253,15 @@ def _add(out: Placement, finding: Finding) -> None:
             out.skipped.append(f"{finding.text!r} is already stated ({present})")
         return
     file = finding.file or MEMORY_MD
-    sentences = _SENTENCE_END.split(finding.text.strip())
+    sentences = split_sentences(finding.text)
     rest = []  # a sentence that fills a template field goes there, the others on a line
     for sentence in sentences:
         filled = _fill_field(out.files.get(file, ""), sentence)
         if filled is None:
-            rest.append(sentence.strip())
+            rest.append(sentence)
         else:
             out.files[file] = filled
-            out.done.append(f"{file}: filled in {sentence.strip()!r}")
+            out.done.append(f"{file}: filled in {sentence!r}")
     text = " ".join(rest)
     if not rest or (len(rest) < len(sentences) and find_statement(text, out.files.items())):
         return  # the field took the news; the rest the files already say

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hippobot.factmatch import Said, unsaid_names
+from hippobot.factmatch import Said, split_sentences, unsaid_names
 from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
@@ -163,8 +163,8 @@ def about_the_user(fact: str) -> str:
     if not _FIRST_PERSON.search(text):
         return text
     out = []
-    for sentence in _SENTENCE_END.split(text):
-        body = _OPENER.sub("", sentence.strip()).strip()
+    for sentence in split_sentences(text):
+        body = _OPENER.sub("", sentence).strip()
         body = asked_to_keep(body) or body
         body = _TOPIC.sub("", body).strip()
         if not body.strip(".!;, "):
