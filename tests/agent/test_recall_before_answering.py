@@ -612,6 +612,13 @@ async def test_a_reply_that_shares_no_word_with_the_question_is_not_recalled(
     mine = agent._recalled["cli:mine"]
     assert [hit.role for hit in mine.hits] and all(hit.role != "assistant" for hit in mine.hits)
     assert ("session cli:two#1", "a reply, and the message asks about the user") in mine.left_out
+    # ... nor the question she asked in another conversation: it states nothing about her
+    # ("Where do I work?" was recalled for the locker code at work, and answered instead)
+    scripted_model.reply("Your code is not in my memory.")
+    await agent.turn("cli:locker", "What is my locker code at work?")
+    locker = agent._recalled["cli:locker"]
+    assert ("session cli:mine#0", "a question, and the message asks about the user") in locker.left_out
+    assert "session cli:one#0" in [hit.citation for hit in locker.hits]  # what she said stays
     # asked about what the agent said, its replies are what answers
     scripted_model.reply("That Initech sounds busy.")
     await agent.turn("cli:yours", "What did you say about Initech?")

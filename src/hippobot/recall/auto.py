@@ -263,6 +263,15 @@ def _said(hit: Hit) -> Hit | None:
     return None if hit.role == "assistant" and not hit.snippet.strip() else hit
 
 
+_SENTENCE_BREAK = lazy_compile(r"(?<=[.!?？])\s+")
+
+
+def _only_asks(text: str) -> bool:
+    """Whether a message is nothing but questions (every sentence ends with "?")."""
+    sentences = [s for s in _SENTENCE_BREAK.split(text.strip()) if s.strip()]
+    return bool(sentences) and all(s.rstrip().endswith(("?", "？")) for s in sentences)
+
+
 def _session_number(hit: Hit) -> int | None:
     number = hit.citation.rpartition("#")[2]
     return int(number) if hit.kind == "session" and number.isdigit() else None
@@ -397,6 +406,12 @@ class AutoRecall:
                 # the following to MEMORY.md: ```json ...```") were recalled beside it and
                 # copied as the answer, in two core runs four answers of twelve.
                 out.left_out.append((hit.citation, "a reply, and the message asks about the user"))
+            elif hit.role == "user" and about_the_user and _only_asks(hit.snippet):
+                # "Where do I work?", asked in another conversation, was recalled for "What
+                # is my locker code at work?" beside the remembered code; the local model
+                # opened it and answered "I work at Initech as a nurse". A question states
+                # nothing about the user.
+                out.left_out.append((hit.citation, "a question, and the message asks about the user"))
             elif hit.role == "assistant" and not shares_a_word(hit.snippet, query):
                 # A reply only the vectors found. What the local model said in the planted
                 # conversations ("To correct the given facts, you need to update
