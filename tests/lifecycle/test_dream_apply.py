@@ -107,6 +107,7 @@ def test_a_history_fact_reads_as_a_memory_line_about_the_user() -> None:
     assert as_memory_line("Remember that I'm vegetarian") == "User is vegetarian"
     assert as_memory_line("I moved. I live in Osaka now, not in Tokyo") == "User moved. User lives in Osaka now, not in Tokyo"
     assert as_memory_line("User's cat is called Luna, she is a grey tabby") == "User's cat is called Luna, she is a grey tabby"
+    assert as_memory_line("User's favourite song is 'I Will Survive'") == "User's favourite song is 'I Will Survive'"
 
 
 def test_the_users_own_words_are_not_placed_beside_the_same_fact() -> None:

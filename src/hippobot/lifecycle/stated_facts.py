@@ -152,7 +152,7 @@ def about_the_user(fact: str) -> str:
     """A fact line about the user in the third person, sentence by sentence ("I moved. I live
     in Osaka now" → "User moved. User lives in Osaka now"); a greeting or an opener dropped,
     "please remember that" dropped (the consolidator's history lines are sometimes the
-    user's own words). A line that says nothing in the first person is left as it is.
+    user's own words). A sentence that does not start in the first person is left as it is.
 
     Why: the memory files are shown to the model as what hippobot knows about the user, and a
     1.5B model asked "What did I say about the garden?" answered with a first-person line of
@@ -169,7 +169,9 @@ def about_the_user(fact: str) -> str:
         body = _TOPIC.sub("", body).strip()
         if not body.strip(".!;, "):
             continue  # "Hi!"
-        out.append(as_claim(body) if _FIRST_PERSON.search(body) else body.rstrip(".!;,").strip())
+        # Only a sentence about the user as its subject: "User's favourite song is 'I Will
+        # Survive'" keeps its "I".
+        out.append(as_claim(body) if _FIRST_PERSON.match(body) else body.rstrip(".!;,").strip())
     return ". ".join(out) if out else text
 
 
