@@ -214,9 +214,11 @@ def find_statement(
     Initech as a nurse": the files say it, one fact a line)."""
     files = list(files)
     found = _first_stating(fact, files, loose)
-    sentences = [s for s in split_sentences(fact) if any(keywords(s))]
-    if found is not None or len(sentences) < 2:
+    if found is not None:
         return found
+    sentences = [s for s in split_sentences(fact) if any(keywords(s))]
+    if len(sentences) < 2:
+        return None
     where = [_first_stating(s, files, loose) for s in sentences]
     return where[0] if all(where) else None
 

@@ -164,9 +164,7 @@ def about_the_user(fact: str) -> str:
         return text
     out = []
     for sentence in split_sentences(text):
-        body = _OPENER.sub("", sentence).strip()
-        body = asked_to_keep(body) or body
-        body = _TOPIC.sub("", body).strip()
+        _kind, body = _what_it_says(sentence)
         if not body.strip(".!;, "):
             continue  # "Hi!"
         # Only a sentence about the user as its subject: "User's favourite song is 'I Will
@@ -183,17 +181,22 @@ def _sentences(text: str) -> Iterable[str]:
                 yield sentence.strip()
 
 
-def _statement(sentence: str) -> StatedFact | None:
-    """The fact a sentence states (``message`` left 0), or ``None`` for anything else."""
-    if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS:
-        return None
+def _what_it_says(sentence: str) -> tuple[str, str]:
+    """``(kind, body)``: the sentence without its opener ("Hi!", "Correction:"), its topic
+    ("About the garden:") and a "remember that" (then ``permanent``, else ``durable``)."""
     body = _OPENER.sub("", sentence).strip()
     kind = "durable"
     asked = asked_to_keep(body)  # the one "remember that..." detector, as at turn time
     if asked:
         kind, body = "permanent", asked
-    body = _TOPIC.sub("", body)
-    body = _OPENER.sub("", body).strip()
+    return kind, _OPENER.sub("", _TOPIC.sub("", body)).strip()
+
+
+def _statement(sentence: str) -> StatedFact | None:
+    """The fact a sentence states (``message`` left 0), or ``None`` for anything else."""
+    if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS:
+        return None
+    kind, body = _what_it_says(sentence)
     if not body:
         return None
     if kind == "durable" and (not _STATEMENT.match(body) or _SMALL_TALK.match(body)):

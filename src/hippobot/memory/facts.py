@@ -172,13 +172,13 @@ def split_correction(text: str, *, strict: bool = False) -> tuple[str, str | Non
     if m is not None and _open_quote(body[: m.start()]):
         m = None  # the "not" is inside a quotation: 'Old text "... not ..." was not found'
 
-    if m is not None and m.start() > 0:
-        claim = body[: m.start()].strip(" ,;(—–-")
-        if _ENDS_WITH_VERB.search(claim) is None:
-            return claim, _replaces_something(claim, m.group(1).strip(" .,;)"))
+    if m is not None and _ENDS_WITH_VERB.search(body[: m.start()]):
         # "The weather was not awful, it was sunny": the "not" denies the verb, it does not
         # name a replaced value ("The weather was" had been placed as the new fact).
-        return (body, None) if ref is None or not ref.text else (body, replaced_value(ref.text, body))
+        m = None
+    if m is not None and m.start() > 0:
+        claim = body[: m.start()].strip(" ,;(—–-")
+        return claim, _replaces_something(claim, m.group(1).strip(" .,;)"))
     m = _FROM_TO.search(body) or _TO_FROM.search(body)
     if m is not None and m.group("old").strip():
         claim = (body[: m.start("cut")] + body[m.end("cut") :]).strip(" ,;")

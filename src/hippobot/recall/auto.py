@@ -90,8 +90,13 @@ def search_text(message: str) -> str:
     message without a question mark is searched whole.
     """
     sentences = (part.strip() for part in _SENTENCE_BREAK.split(message))
-    asked = [part for part in sentences if part.rstrip("!\"')»” ").endswith(("?", "？"))]
+    asked = [part for part in sentences if _asks(part)]
     return " ".join(asked) if asked else message
+
+
+def _asks(sentence: str) -> bool:
+    """Whether one sentence is a question (its "?" may sit inside closing quotes)."""
+    return sentence.rstrip("!\"')»” ").endswith(("?", "？"))
 
 
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
@@ -263,13 +268,10 @@ def _said(hit: Hit) -> Hit | None:
     return None if hit.role == "assistant" and not hit.snippet.strip() else hit
 
 
-_SENTENCE_BREAK = lazy_compile(r"(?<=[.!?？])\s+")
-
-
 def _only_asks(text: str) -> bool:
-    """Whether a message is nothing but questions (every sentence ends with "?")."""
-    sentences = [s for s in _SENTENCE_BREAK.split(text.strip()) if s.strip()]
-    return bool(sentences) and all(s.rstrip().endswith(("?", "？")) for s in sentences)
+    """Whether a message is nothing but questions (every sentence of it asks)."""
+    sentences = [part.strip() for part in _SENTENCE_BREAK.split(text) if part.strip()]
+    return bool(sentences) and all(map(_asks, sentences))
 
 
 def _session_number(hit: Hit) -> int | None:
