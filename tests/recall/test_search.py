@@ -221,3 +221,13 @@ def test_history_without_session_key(ws: Workspace, index: RecallIndex) -> None:
     hit = index.search("violins", session_key="cli:direct")[0]
 
     assert hit.session_key is None and not hit.other_session
+
+
+def test_only_the_question_of_a_message_is_searched_in_any_script() -> None:
+    # Recall searches a message's questions, not how to answer them; a sentence in Chinese
+    # ends without a space, a line break ends one too.
+    from hippobot.recall.auto import search_text
+
+    assert search_text("我的猫叫什么？回答要短。") == "我的猫叫什么？"
+    assert search_text("Where do I work?\nAnswer briefly.") == "Where do I work?"
+    assert search_text("I live in Osaka now.") == "I live in Osaka now."
