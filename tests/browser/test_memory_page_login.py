@@ -14,25 +14,35 @@ KEY = "configured-key-" + "4" * 30
 
 
 def wait_until(driver, condition, timeout: float = 15.0):
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import JavascriptException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # A page being replaced can hand out elements that are gone a moment later: look again.
-    wait = WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,))
+    # A page being replaced can hand out elements that are gone a moment later, or unload
+    # under a script: look again.
+    wait = WebDriverWait(
+        driver, timeout, ignored_exceptions=(StaleElementReferenceException, JavascriptException)
+    )
     return wait.until(condition)
 
 
 def log_in_with_form(driver, token: str) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
 
-    page = driver.find_element(By.TAG_NAME, "html")
+    # Mark the old document: the answer to the post is a new document without the mark.
+    # (Waiting for the old <html> element to go stale asks the browser about a node that
+    # may already be gone, which Chromium sometimes answers with an inspector error.)
+    driver.execute_script("window.__before_login = true")
     field = driver.find_element(By.ID, "token")
     field.clear()
     field.send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     # The form posts and the browser loads the answer: read nothing of the old page after this.
-    wait_until(driver, expected_conditions.staleness_of(page))
+    wait_until(
+        driver,
+        lambda d: d.execute_script(
+            "return document.readyState === 'complete' && window.__before_login === undefined"
+        ),
+    )
 
 
 def h1_and_body(driver) -> tuple[str, str]:
