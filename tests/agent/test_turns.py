@@ -263,9 +263,15 @@ async def test_an_empty_reply_is_asked_once_more_and_never_shown_as_nothing(make
     result = await agent.turn("cli:direct", "What is my cat called?", on_event=events.append)
     assert result.reply == "Luna."
     assert len(scripted_model.requests) == 2
-    assert scripted_model.requests[0].raw["messages"] == scripted_model.requests[1].raw["messages"]
+    first, second = (r.raw["messages"] for r in scripted_model.requests)
+    # Asked the same again, the local model came back empty again: the second ask is the
+    # first plus one line asking for an answer, with the tools still offered.
+    assert second[:-1] == first
+    assert second[-1] == {"role": "user", "content": "Answer my message above in plain words."}
+    assert scripted_model.requests[1].raw.get("tools")
     assert any("empty" in getattr(e, "text", "") for e in events)  # the wait is not silent
     assert [m["content"] for m in messages_of(agent) if m["role"] == "assistant"] == ["Luna."]
+    assert not any("plain words" in str(m.get("content")) for m in messages_of(agent))  # not stored
 
     scripted_model.reply("").reply("")
     again = await agent.turn("cli:direct", "And my dog?")
