@@ -29,11 +29,18 @@ from typing import Any
 
 from . import dataset
 from .ingest import ingest
-from .qa import ASK, DEFAULT_CATEGORIES, select_questions
+from .qa import ASK, DEFAULT_CATEGORIES, bm25_lines, contains, select_questions
 from .retrieval import CachedEmbedder
 
 BARS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.1)
 FORMS = {"bare": "{question}", "asked": ASK}
+BM25 = "bm25 top 5"
+
+
+def _count_tokens(text: str) -> int:
+    from hippobot.context.tokens import count_text
+
+    return count_text(text)
 
 
 class _NothingShown:
@@ -56,12 +63,17 @@ async def measure(
     convs: Sequence[dataset.Conversation], work: Path, embedder: CachedEmbedder | None,
     bars: Sequence[float] = BARS, max_tokens: int = 300,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """``{form: {bar: {"evidence": share, "hits": mean, "tokens": mean, "questions": n}}}``."""
+    """``{form: {bar: {"evidence": share, "answer": share, "hits": mean, "tokens": mean,
+    "questions": n}}}``; ``answer`` is the share of questions whose gold answer appears word
+    for word in the recalled text (the QA benchmark's containment, of what the model is
+    shown rather than of its reply). Form ``bm25 top 5`` is the QA baseline's excerpts,
+    under the bar ``-``."""
     from hippobot.recall import RecallIndex
-    from hippobot.recall.auto import AutoRecall
+    from hippobot.recall.auto import AutoRecall, recalled_text
 
     refs = select_questions(list(convs), None, DEFAULT_CATEGORIES)
-    tally: dict[str, dict[str, list[tuple[bool, int, int]]]] = {f: {str(b): [] for b in bars} for f in FORMS}
+    tally: dict[str, dict[str, list[tuple[bool, bool, int, int]]]] = {f: {str(b): [] for b in bars} for f in FORMS}
+    tally[BM25] = {"-": []}
     for conv in convs:
         data = ingest(conv, work / conv.sample_id)
         with RecallIndex(data.workspace, embedder=embedder) as index:
@@ -76,7 +88,17 @@ async def measure(
                         text = template.format(question=ref.question.text)
                         got = await auto.recall(text, session_key="qa:fresh", shown=_NothingShown)
                         found = any(data.dia_id(h.citation) in ref.question.evidence for h in got.hits)
-                        tally[form][str(bar)].append((found, len(got.hits), sum(h.tokens for h in got.hits)))
+                        shown = "\n".join(recalled_text(h.line) for h in got.hits)
+                        tally[form][str(bar)].append(
+                            (found, contains(shown, ref.question), len(got.hits), sum(h.tokens for h in got.hits))
+                        )  # fmt: skip
+        for ref in refs:
+            if ref.conversation is conv:
+                excerpts = bm25_lines(conv, data, ref.question.text)
+                cited = excerpts.count("\n") + 1 if excerpts else 0
+                tally[BM25]["-"].append(
+                    (False, contains(excerpts, ref.question), cited, _count_tokens(excerpts))
+                )  # fmt: skip
         if embedder is not None:
             embedder.save()
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -86,19 +108,22 @@ async def measure(
             n = len(rows) or 1
             out[form][bar] = {
                 "evidence": round(sum(r[0] for r in rows) / n, 3),
-                "hits": round(sum(r[1] for r in rows) / n, 2),
-                "tokens": round(sum(r[2] for r in rows) / n, 1),
+                "answer": round(sum(r[1] for r in rows) / n, 3),
+                "hits": round(sum(r[2] for r in rows) / n, 2),
+                "tokens": round(sum(r[3] for r in rows) / n, 1),
                 "questions": len(rows),
             }
     return out
 
 
 def table(result: dict[str, dict[str, dict[str, float]]], label: str) -> str:
-    lines = [f"### {label}", "", "| question form | bar | evidence among the recalled | hits | tokens |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [f"### {label}", "",
+             "| question form | bar | evidence among the recalled | answer among the recalled | hits | tokens |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for form, per_bar in result.items():
         for bar, row in per_bar.items():
-            lines.append(f"| {form} | {bar} | {row['evidence']:.2f} | {row['hits']:.1f} | {row['tokens']:.0f} |")
+            evidence = "-" if form == BM25 else f"{row['evidence']:.2f}"  # its turns are not cited
+            lines.append(f"| {form} | {bar} | {evidence} | {row['answer']:.2f} | {row['hits']:.1f} | {row['tokens']:.0f} |")
     return "\n".join(lines)
 
 

@@ -328,7 +328,7 @@ def _append(path: Path, record: _Record) -> None:
         fh.flush()
 
 
-def _bm25_lines(conv: Conversation, data: Ingested, question: str, k: int = 5) -> str:
+def bm25_lines(conv: Conversation, data: Ingested, question: str, k: int = 5) -> str:
     starts = {s.number: s.started for s in conv.sessions}
     bm25 = PlainBM25([t for _, t in data.docs])
     scores = bm25.scores(question)
@@ -444,7 +444,7 @@ async def run_qa(refs: Sequence[QuestionRef], opts: QAOptions) -> list[dict[str,
                     for ref in todo:
                         prompt = ASK.format(question=ref.question.text)
                         if condition == "bm25 top 5":
-                            prompt = BM25_CONTEXT.format(lines=_bm25_lines(conv, data, ref.question.text)) + prompt
+                            prompt = BM25_CONTEXT.format(lines=bm25_lines(conv, data, ref.question.text)) + prompt
                         record = await _ask(place, ref, condition, prompt, opts)
                         _append(opts.results, record)
                         done[record.key()] = asdict(record)

@@ -146,3 +146,22 @@ def test_malformed_evidence_is_split_and_unknown_turns_dropped(tmp_path: Path) -
     (conv,) = dataset.load(path)
     assert conv.questions[-1].evidence == ("D1:2",)
     assert conv.no_evidence == {3: 1}
+
+
+def test_autorecall_reports_the_answers_shown_beside_bm25s_excerpts(tmp_path: Path) -> None:
+    # Which questions have their gold answer, word for word, in what recall adds: the same
+    # containment the QA benchmark scores replies by, of what the model is shown.
+    import asyncio
+
+    from benchmarks.locomo.autorecall import BM25, measure, table
+
+    path = write(tmp_path / "locomo.json", conversations=1)
+    convs = dataset.load(path)
+    result = asyncio.run(measure(convs, tmp_path / "work", None, bars=(0.0,)))
+    shown, excerpts = result["bare"]["0.0"], result[BM25]["-"]
+    assert shown["questions"] == excerpts["questions"] > 0  # one row per question, both ways
+    # The synthetic facts are found by their words: some answers are shown, by both.
+    assert 0.0 < shown["answer"] <= 1.0 and 0.0 < excerpts["answer"] <= 1.0
+    assert excerpts["hits"] == 5.0  # BM25's top 5 turns, as the QA baseline pastes them
+    rendered = table(result, "synthetic")
+    assert "answer among the recalled" in rendered and f"| {BM25} | - | - |" in rendered
