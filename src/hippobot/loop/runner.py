@@ -125,6 +125,31 @@ def _points_to_a_tool(reply: str, schemas: list[dict[str, Any]]) -> bool:
     return any(re.search(rf"\b{re.escape(name)}\b", text) for name in offered_tools(schemas))
 
 
+_JSON_FENCE = lazy_compile(r"^```(?:json)?\s*\n(?P<body>.*)\n\s*```$", re.DOTALL)
+
+
+def _answers_in_json(reply: str, messages: list[dict[str, Any]]) -> bool:
+    """Whether ``reply`` is nothing but a small JSON object of plain values, unasked for:
+    "What is my name?" was answered ```json {"name": "Maya"} ``` in 12 of 14 core runs with
+    Qwen2.5-Coder-1.5B (its tool-call format, with the answer where a tool's name goes).
+    A message that mentions JSON asked for it, and a larger or nested object is data."""
+    text = reply.strip()
+    fenced = _JSON_FENCE.match(text)
+    body = fenced.group("body") if fenced else text
+    if not body.lstrip().startswith("{"):
+        return False
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(value, dict) or not 0 < len(value) <= 3:
+        return False
+    if not all(isinstance(v, str | int | float | bool) for v in value.values()):
+        return False
+    asked = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    return not (isinstance(asked, str) and "json" in asked.casefold())
+
+
 def _stand_in(note: str) -> Message:
     """The assistant message hippobot stores where the model gave no answer."""
     return {"role": "assistant", "content": note, "_stand_in": True}
@@ -200,6 +225,7 @@ class Runner:
         asked_again = False
         answer_only = False  # the request asked to answer with text, no more tool calls
         plainly = False  # asked again after an empty reply, before any tool step
+        first_reply = ""  # a reply asked for again that still says something (JSON)
         last_error: str | None = None  # the latest tool result, when the call failed
         announced = ""  # what the model wrote beside its latest tool calls
         found = False  # the latest tool result succeeded and returned something
@@ -236,8 +262,9 @@ class Runner:
                 # succeeded: asked once to answer from what they returned.
                 declined = found and _declines(reply)
                 pointed = found and not declined and _points_to_a_tool(reply, schemas)
+                in_json = not asked_again and _answers_in_json(reply, messages)
                 if (
-                    (parroted or restated or declined or pointed or not reply.strip())
+                    (parroted or restated or declined or pointed or in_json or not reply.strip())
                     and self.ask_again_if_empty
                     and not asked_again
                     and iteration < self.max_iterations
@@ -255,16 +282,20 @@ class Runner:
                     asked_again = True
                     answer_only = result.tool_calls > 0
                     plainly = not answer_only
+                    first_reply = reply if in_json else ""
                     what = (
                         "repeated a tool's error" if parroted
                         else "repeated what it wrote beside its tool call" if restated
                         else "said it could not answer after its tool steps" if declined
                         else "told you to call a tool instead of answering" if pointed
+                        else "was a JSON block, not words" if in_json
                         else "was empty"
                     )  # fmt: skip
                     how = "to answer from what its tools returned" if answer_only else "once more"
                     emit(Notice(f"the model's reply {what}; asking it {how}"))
                     continue
+                if not reply.strip() and first_reply:
+                    reply = first_reply  # asked for words, it said nothing: the JSON said something
                 final: Message = {"role": "assistant", "content": reply}
                 if not reply.strip():
                     reply = _EMPTY_NOTE if result.tool_calls else _NO_TEXT_NOTE
