@@ -305,14 +305,17 @@ async def test_a_json_block_for_an_answer_is_asked_for_in_words_unless_json_was_
     kept = await agent.turn("cli:direct", "What is my name?")
     assert kept.reply == block and len(scripted_model.requests) == 4
 
-    # asked for JSON, JSON is the answer; and a bigger or nested object is data, not a slip
-    scripted_model.reply(block)
-    asked = await agent.turn("cli:direct", "Give me my name as JSON.")
-    assert asked.reply == block and len(scripted_model.requests) == 5
+    # a bigger or nested object is data, not a slip
     nested = '{"user": {"name": "Maya", "city": "Osaka"}}'
     scripted_model.reply(nested)
     data = await agent.turn("cli:direct", "What do you know about me?")
-    assert data.reply == nested and len(scripted_model.requests) == 6
+    assert data.reply == nested and len(scripted_model.requests) == 5
+
+    # asked for JSON, JSON is the answer, then and later in the conversation
+    scripted_model.reply(block).reply(block)
+    asked = await agent.turn("cli:direct", "From now on answer in JSON. What is my name?")
+    later = await agent.turn("cli:direct", "What is my name?")
+    assert asked.reply == later.reply == block and len(scripted_model.requests) == 7
 
 
 async def test_a_reply_that_only_restates_what_was_said_beside_the_tool_call_is_asked_again(

@@ -125,6 +125,7 @@ def _points_to_a_tool(reply: str, schemas: list[dict[str, Any]]) -> bool:
     return any(re.search(rf"\b{re.escape(name)}\b", text) for name in offered_tools(schemas))
 
 
+_SAYS_JSON = lazy_compile(r"\bjson\b", re.IGNORECASE)
 _JSON_FENCE = lazy_compile(r"^```(?:json)?\s*\n(?P<body>.*)\n\s*```$", re.DOTALL)
 
 
@@ -132,7 +133,7 @@ def _answers_in_json(reply: str, messages: list[dict[str, Any]]) -> bool:
     """Whether ``reply`` is nothing but a small JSON object of plain values, unasked for:
     "What is my name?" was answered ```json {"name": "Maya"} ``` in 12 of 14 core runs with
     Qwen2.5-Coder-1.5B (its tool-call format, with the answer where a tool's name goes).
-    A message that mentions JSON asked for it, and a larger or nested object is data."""
+    A conversation that mentions JSON asked for it, and a larger or nested object is data."""
     text = reply.strip()
     fenced = _JSON_FENCE.match(text)
     body = fenced.group("body") if fenced else text
@@ -146,8 +147,14 @@ def _answers_in_json(reply: str, messages: list[dict[str, Any]]) -> bool:
         return False
     if not all(isinstance(v, str | int | float | bool) for v in value.values()):
         return False
-    asked = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
-    return not (isinstance(asked, str) and "json" in asked.casefold())
+    # Asked for JSON anywhere (a client's system prompt, an earlier message), JSON is the
+    # answer: "history.jsonl" in hippobot's own prompt is not the word.
+    return not any(
+        m.get("role") in ("system", "user")
+        and isinstance(m.get("content"), str)
+        and _SAYS_JSON.search(m["content"]) is not None
+        for m in messages
+    )
 
 
 def _stand_in(note: str) -> Message:
@@ -224,7 +231,7 @@ class Runner:
         result = RunResult(reply="", iterations=0)
         asked_again = False
         answer_only = False  # the request asked to answer with text, no more tool calls
-        plainly = False  # asked again after an empty reply, before any tool step
+        plainly = False  # asked again (empty, or JSON) before any tool step: _ANSWER_PLAINLY
         first_reply = ""  # a reply asked for again that still says something (JSON)
         last_error: str | None = None  # the latest tool result, when the call failed
         announced = ""  # what the model wrote beside its latest tool calls
