@@ -37,12 +37,6 @@ FORMS = {"bare": "{question}", "asked": ASK}
 BM25 = "bm25 top 5"
 
 
-def _count_tokens(text: str) -> int:
-    from hippobot.context.tokens import count_text
-
-    return count_text(text)
-
-
 class _NothingShown:
     """A fresh session: the request shows nothing the recall could repeat."""
 
@@ -68,6 +62,7 @@ async def measure(
     for word in the recalled text (the QA benchmark's containment, of what the model is
     shown rather than of its reply). Form ``bm25 top 5`` is the QA baseline's excerpts,
     under the bar ``-``."""
+    from hippobot.context.tokens import count_text
     from hippobot.recall import RecallIndex
     from hippobot.recall.auto import AutoRecall, recalled_text
 
@@ -97,7 +92,7 @@ async def measure(
                 excerpts = bm25_lines(conv, data, ref.question.text)
                 cited = excerpts.count("\n") + 1 if excerpts else 0
                 tally[BM25]["-"].append(
-                    (False, contains(excerpts, ref.question), cited, _count_tokens(excerpts))
+                    (False, contains(excerpts, ref.question), cited, count_text(excerpts))
                 )  # fmt: skip
         if embedder is not None:
             embedder.save()

@@ -38,7 +38,7 @@ from hippobot.providers.base import (
     Usage,
     collect,
 )
-from hippobot.providers.text_tools import offered_tools, recover_tool_calls
+from hippobot.providers.text_tools import offered_tools, recover_tool_calls, written_value
 from hippobot.tools.base import ToolResult
 
 if TYPE_CHECKING:
@@ -70,9 +70,12 @@ _ANSWER_NOW: dict[str, Any] = {
 _ANSWER_PLAINLY: dict[str, Any] = {"role": "user", "content": "Answer my message above in plain words."}
 
 
-def _nudge(answer_only: bool, plainly: bool) -> list[dict[str, Any]]:
-    """The last line of a second ask (never stored), if any."""
-    return [_ANSWER_NOW] if answer_only else [_ANSWER_PLAINLY] if plainly else []
+def _nudge(asked_again: bool, answer_only: bool, tool_calls: int) -> list[dict[str, Any]]:
+    """The last line of a second ask (never stored), if any: after tool steps, answer from
+    them; before any, answer in words (once the model goes to a tool, the line is moot)."""
+    if answer_only:
+        return [_ANSWER_NOW]
+    return [_ANSWER_PLAINLY] if asked_again and tool_calls == 0 else []
 
 
 def truncate_tool_result(text: str, limit: int) -> tuple[str, int | None]:
@@ -126,7 +129,6 @@ def _points_to_a_tool(reply: str, schemas: list[dict[str, Any]]) -> bool:
 
 
 _SAYS_JSON = lazy_compile(r"\bjson\b", re.IGNORECASE)
-_JSON_FENCE = lazy_compile(r"^```(?:json)?\s*\n(?P<body>.*)\n\s*```$", re.DOTALL)
 
 
 def _answers_in_json(reply: str, messages: list[dict[str, Any]]) -> bool:
@@ -134,15 +136,7 @@ def _answers_in_json(reply: str, messages: list[dict[str, Any]]) -> bool:
     "What is my name?" was answered ```json {"name": "Maya"} ``` in 12 of 14 core runs with
     Qwen2.5-Coder-1.5B (its tool-call format, with the answer where a tool's name goes).
     A conversation that mentions JSON asked for it, and a larger or nested object is data."""
-    text = reply.strip()
-    fenced = _JSON_FENCE.match(text)
-    body = fenced.group("body") if fenced else text
-    if not body.lstrip().startswith("{"):
-        return False
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
-        return False
+    value = written_value(reply)
     if not isinstance(value, dict) or not 0 < len(value) <= 3:
         return False
     if not all(isinstance(v, str | int | float | bool) for v in value.values()):
@@ -231,7 +225,6 @@ class Runner:
         result = RunResult(reply="", iterations=0)
         asked_again = False
         answer_only = False  # the request asked to answer with text, no more tool calls
-        plainly = False  # asked again (empty, or JSON) before any tool step: _ANSWER_PLAINLY
         first_reply = ""  # a reply asked for again that still says something (JSON)
         last_error: str | None = None  # the latest tool result, when the call failed
         announced = ""  # what the model wrote beside its latest tool calls
@@ -240,7 +233,7 @@ class Runner:
             result.iterations = iteration
             request = ChatRequest(
                 model=self.model,
-                messages=[*messages, *_nudge(answer_only, plainly)],
+                messages=[*messages, *_nudge(asked_again, answer_only, result.tool_calls)],
                 tools=schemas,
                 tool_choice="none" if answer_only else "auto",
                 max_tokens=self.max_tokens,
@@ -288,7 +281,6 @@ class Runner:
                     # time (2 of 6 memory_eval answers), with the fact in a result.
                     asked_again = True
                     answer_only = result.tool_calls > 0
-                    plainly = not answer_only
                     first_reply = reply if in_json else ""
                     what = (
                         "repeated a tool's error" if parroted
@@ -318,7 +310,6 @@ class Runner:
                 "tool_calls": response.tool_calls,
             }
             announced = response.text
-            plainly = False  # it went to a tool: the note was for the reply it did not give
             stored = await persist(assistant)
             messages.append(wire_message(stored))
             result.messages.append(stored)

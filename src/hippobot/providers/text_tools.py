@@ -487,6 +487,20 @@ def _object(text: str) -> Any:
     return decoded[0]
 
 
+def written_value(text: str) -> Any:
+    """The one value ``text`` consists of, bare or in a fenced block, read the way calls are
+    read (either fence, Python literals, bare words); None when the text holds anything more.
+    For a reply that is data rather than a call (:mod:`hippobot.loop.runner`)."""
+    text = text.strip()
+    fence = _FENCE.match(text)
+    if fence is not None:
+        end = _closing_fence(text, fence.group(1), fence.end())
+        if end < 0 or text[end + len(fence.group(1)) :].strip():
+            return None
+        text = text[fence.end() : end].strip()
+    return _object(text) if text.startswith(("{", "[")) else None
+
+
 def _calls_in_value(value: Any, offered: Collection[str]) -> list[TextToolCall]:
     """All calls of one decoded value, or [] when any part of it is not a call."""
     items = value if isinstance(value, list) else [value]
