@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from benchmarks.locomo import dataset
 from benchmarks.locomo.__main__ import main
-from benchmarks.locomo.qa import contains, locomo_f1, normalize_answer, select_questions
+from benchmarks.locomo.qa import contains, locomo_f1, normalize_answer, paired, select_questions
 from benchmarks.locomo.synthetic import write
 
 from hippobot.testing import ScriptedModel
@@ -49,6 +49,27 @@ def test_scoring_is_locomos() -> None:
     assert locomo_f1("painting", dataset.Question("?", 4, ("D1:1",), "paintings")) == 1.0  # stems
 
 
+def test_a_lead_comes_with_its_interval_over_the_same_questions() -> None:
+    def rec(condition: str, i: int, f1: float, contained: bool, error: str | None = None) -> dict:
+        return {"condition": condition, "id": f"c:q{i}", "f1": f1, "contains": contained, "error": error}
+
+    records = [rec("hippobot", i, 1.0 if i < 6 else 0.0, i < 6) for i in range(10)]
+    records += [rec("bm25 top 5", i, 1.0 if i in (0, 9) else 0.0, i in (0, 9)) for i in range(10)]
+    records.append(rec("bm25 top 5", 10, 1.0, True))  # hippobot never answered it: not compared
+    p = paired(records, "hippobot", "bm25 top 5")
+    assert p["questions"] == 10 and p["f1_difference"] == pytest.approx(0.4)
+    lo, hi = p["f1_ci95"]
+    # Five more right of ten, one fewer: ahead, but ten questions leave the lead wide open.
+    assert 0.0 <= lo < 0.4 < hi and hi - lo > 0.5
+    assert (p["contains_only_first"], p["contains_only_second"]) == (5, 1)
+    assert paired(records, "hippobot", "bm25 top 5") == p  # seeded: the same report twice
+    # A failed request is left out of both sides.
+    records[0]["error"] = "ProviderError: 500"
+    assert paired(records, "hippobot", "bm25 top 5")["questions"] == 9
+    tied = paired([rec("hippobot", 1, 0.5, False), rec("bm25 top 5", 1, 0.5, False)], "hippobot", "bm25 top 5")
+    assert tied["f1_ci95"] == [0.0, 0.0]
+
+
 def test_the_subset_is_seeded_and_stratified(tmp_path: Path) -> None:
     convs = dataset.load(write(tmp_path / "synth.json", conversations=2))
     refs = select_questions(convs, 6, (1, 2, 4), seed=3)
@@ -83,6 +104,8 @@ def test_qa_end_to_end_beside_both_baselines_then_resumed(
     assert any(r["contains"] for r in hippo)
     table = capsys.readouterr().out
     assert "LoCoMo question answering" in table and "bm25 top 5" in table
+    assert "hippobot - no memory: F1 +" in table and "paired bootstrap over 8 questions" in table
+    assert report["against_baselines"]["no memory"]["f1_difference"] > 0.1
 
     # Resumed: nothing is asked again.
     before = len(scripted_model.requests)
