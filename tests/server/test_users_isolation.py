@@ -84,7 +84,10 @@ def _page(srv, key: str) -> str:
 def test_alice_cannot_read_keys_or_bobs_session_through_planted_links(
     hippobot_home, make_agent, serve, scripted_model, places
 ):
-    _config(hippobot_home, places)
+    # What is tested is the readers outside the sandbox: a sandboxed command plants the same
+    # links as an unsandboxed one, so where bubblewrap is missing the owner lets alice's run.
+    unsandboxed = {"allowUnsandboxedExec": True} if __import__("shutil").which("bwrap") is None else {}
+    _config(hippobot_home, places, **unsandboxed)
     srv = serve(agent=make_agent(), api_key=OWNER_KEY)
     bob_file, bob_before = _bobs_diary(srv)
     config = str(hippobot_home / "config.json")
