@@ -319,7 +319,8 @@ def load_results(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _answered(record: dict[str, Any] | None) -> bool:
-    """Answered by an earlier run (a failed request is asked again; a failed judge is not)."""
+    """Whether the question was answered: a failed request was not (a later run asks it
+    again, and the scores leave it out); a failed judge still leaves the answer."""
     return record is not None and (not record.get("error") or str(record["error"]).startswith("judge"))
 
 
@@ -491,7 +492,7 @@ def summarise(records: Sequence[dict[str, Any]], conditions: Sequence[str]) -> d
         parts: dict[str, Any] = {}
         for name, group in [("all", rows), *[(CATEGORIES[c], [r for r in rows if r["category"] == c])
                                               for c in sorted({r["category"] for r in rows})]]:  # fmt: skip
-            ok = [r for r in group if not r.get("error") or str(r.get("error", "")).startswith("judge")]
+            ok = [r for r in group if _answered(r)]
             judged = [r for r in ok if r.get("judge") is not None]
             parts[name] = {
                 "questions": len(group),
@@ -526,11 +527,8 @@ def paired(
 
     On 100 questions a few replies move the mean by a few hundredths; the interval says
     whether a lead is more than that (it is one run of the model, not every run)."""
-    def ok(r: dict[str, Any]) -> bool:
-        return not r.get("error") or str(r["error"]).startswith("judge")
-
-    by_id = {r["id"]: r for r in records if r["condition"] == second and ok(r)}
-    pairs = [(r, by_id[r["id"]]) for r in records if r["condition"] == first and ok(r) and r["id"] in by_id]
+    by_id = {r["id"]: r for r in records if r["condition"] == second and _answered(r)}
+    pairs = [(r, by_id[r["id"]]) for r in records if r["condition"] == first and _answered(r) and r["id"] in by_id]
     if not pairs:
         return {"questions": 0}
     diffs = [a["f1"] - b["f1"] for a, b in pairs]
@@ -613,5 +611,5 @@ def main_qa(args: Any, conversations: list[Conversation]) -> int:
     write_json({"label": label, "model": args.model, "endpoint": args.endpoint,
                 "embedder": opts.embedder.name if opts.embedder else None, "lifecycle": args.lifecycle,
                 "summary": summary, "against_baselines": compared, "records": records}, Path(args.out))  # fmt: skip
-    failed = sum(1 for r in records if r.get("error") and not str(r["error"]).startswith("judge"))
+    failed = sum(1 for r in records if not _answered(r))
     return 1 if failed else 0

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 
 import httpx
 import pytest
@@ -42,7 +43,6 @@ def _config(home, places, tools=None, owner=None, **serve) -> None:
 def places():
     """Where bob's (and the owner's) workspace lives: outside /tmp, which the sandbox empties
     anyway, so that only hiding it keeps it out of alice's sight (as for /srv/hippobot/bob)."""
-    import shutil
     import tempfile
     from pathlib import Path
 
@@ -86,7 +86,7 @@ def test_alice_cannot_read_keys_or_bobs_session_through_planted_links(
 ):
     # What is tested is the readers outside the sandbox: a sandboxed command plants the same
     # links as an unsandboxed one, so where bubblewrap is missing the owner lets alice's run.
-    unsandboxed = {"allowUnsandboxedExec": True} if __import__("shutil").which("bwrap") is None else {}
+    unsandboxed = {"allowUnsandboxedExec": True} if shutil.which("bwrap") is None else {}
     _config(hippobot_home, places, **unsandboxed)
     srv = serve(agent=make_agent(), api_key=OWNER_KEY)
     bob_file, bob_before = _bobs_diary(srv)
@@ -113,7 +113,7 @@ def test_alice_cannot_read_keys_or_bobs_session_through_planted_links(
     assert "BOB-DIARY" not in json.dumps([r.messages for r in scripted_model.requests])
 
 
-@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_each_users_sandbox_sees_their_own_workspace_only(
     hippobot_home, make_agent, serve, scripted_model, places
 ):
