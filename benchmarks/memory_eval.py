@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks import ROOT
 from benchmarks.memory_eval_scenarios import SCENARIOS, Fact, Scenario
-from hippobot.messages import RUNTIME_CONTEXT_HEADER, content_text
+from hippobot.messages import content_text, user_words
 from hippobot.testing.scripted import RecordedRequest, ScriptedModel
 from hippobot.usage_ledger import UsageTotals
 
@@ -138,7 +138,7 @@ class ScenarioResult:
 
 
 def _user_text(content: Any) -> str:
-    return content_text(content).split(RUNTIME_CONTEXT_HEADER, 1)[0].strip()
+    return user_words(content_text(content))
 
 
 _NEGATED = re.compile(r"\b(?:not (?:in |at |on )?|from )([A-Za-z][\w-]+)(?= to\b|[ .,]|$)", re.I)

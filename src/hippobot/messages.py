@@ -32,8 +32,10 @@ __all__ = [
     "ToolCall",
     "content_text",
     "public_text",
+    "runtime_text",
     "scrubbed",
     "unencodable",
+    "user_words",
     "wire_message",
 ]
 
@@ -91,10 +93,15 @@ class ContentBlock(TypedDict, total=False):
 
 
 class RuntimeContextMarker(TypedDict):
-    """Where the appended runtime-context block starts, so views can strip it exactly."""
+    """The exact runtime-context text around a user's words, so views can strip it.
+
+    Version 2 (written now) records the ``prefix``: the block placed before the user's text,
+    so the question is the last thing the model reads. Version 1 (older sessions, nanobot
+    imports) recorded the appended ``suffix``; both stay readable."""
 
     version: int
-    suffix: str
+    prefix: NotRequired[str]
+    suffix: NotRequired[str]
 
 
 class Message(TypedDict):
@@ -134,16 +141,45 @@ def content_text(content: str | list[ContentBlock] | list[dict[str, Any]] | None
     return "\n".join(p for p in parts if p)
 
 
+def _split_runtime(msg: Message | dict[str, Any]) -> tuple[str, str]:
+    """(the user's words, the runtime-context text around them) of a stored message."""
+    text = content_text(msg.get("content"))
+    marker = msg.get("_runtime_context")
+    if not isinstance(marker, dict):
+        return text, ""
+    runtime = ""
+    prefix = marker.get("prefix")
+    if isinstance(prefix, str) and prefix and text.startswith(prefix):
+        text, runtime = text[len(prefix) :].lstrip("\n"), prefix
+    suffix = marker.get("suffix")
+    if isinstance(suffix, str) and suffix and text.endswith(suffix):
+        text, runtime = text[: -len(suffix)].rstrip("\n"), runtime + suffix
+    return text, runtime
+
+
 def public_text(msg: Message | dict[str, Any]) -> str:
     """Text of a message as a person should read it: runtime context removed exactly.
 
-    Only the recorded suffix is removed, and only when the content really ends with it, so a
-    user who types something that merely looks like a runtime block keeps their text.
+    Only the recorded prefix (or, in older records, suffix) is removed, and only when the
+    content really starts (ends) with it, so a user who types something that merely looks
+    like a runtime block keeps their text.
     """
-    text = content_text(msg.get("content"))
-    marker = msg.get("_runtime_context")
-    if isinstance(marker, dict):
-        suffix = marker.get("suffix")
-        if isinstance(suffix, str) and suffix and text.endswith(suffix):
-            text = text[: -len(suffix)].rstrip("\n")
-    return text
+    return _split_runtime(msg)[0]
+
+
+def user_words(text: str) -> str:
+    """The user's words in a user message as sent, for readers of the wire that have no
+    marker (a scripted model, a benchmark): a leading runtime block cut off at its first
+    footer line (recalled lines inside it are fenced, so they cannot end it), or, in the
+    older layout, everything from an appended block's header on."""
+    if text.startswith(RUNTIME_CONTEXT_HEADER):
+        end = text.find("\n" + RUNTIME_CONTEXT_FOOTER + "\n")
+        if end >= 0:
+            return text[end + len(RUNTIME_CONTEXT_FOOTER) + 2 :].strip()
+    return text.split(RUNTIME_CONTEXT_HEADER, 1)[0].strip()
+
+
+def runtime_text(msg: Message | dict[str, Any]) -> str:
+    """The runtime-context text hippobot added to a stored message ("" when none): the
+    metadata and the memory recalled for it, never the user's words."""
+    return _split_runtime(msg)[1]

@@ -21,7 +21,7 @@ from hippobot.agent.agent import Agent
 from hippobot.agent.api import Api
 from hippobot.context.runtime import RECALLED_HEADER
 from hippobot.memory.history import format_timestamp
-from hippobot.messages import RUNTIME_CONTEXT_HEADER
+from hippobot.messages import RUNTIME_CONTEXT_FOOTER, RUNTIME_CONTEXT_HEADER
 from hippobot.recall.auto import recalled_citation
 from hippobot.testing import ScriptedModel
 from hippobot.testing.scripted import RecordedRequest
@@ -47,7 +47,9 @@ def _config(home: Path, **recall: Any) -> None:
 
 
 def _runtime_block(request: RecordedRequest) -> str:
-    return request.last_user_text().split(RUNTIME_CONTEXT_HEADER, 1)[1]
+    """The runtime block hippobot put before the user's words, up to its footer."""
+    block = request.last_user_text().split(RUNTIME_CONTEXT_HEADER, 1)[1]
+    return block[: block.rindex(RUNTIME_CONTEXT_FOOTER) + len(RUNTIME_CONTEXT_FOOTER)]
 
 
 def _answer_from_recall(request: RecordedRequest) -> str:

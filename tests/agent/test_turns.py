@@ -69,7 +69,8 @@ async def test_user_message_carries_runtime_context_and_views_strip_it(make_agen
     assert "Channel: cli" in sent_user["content"] and "Chat ID: direct" in sent_user["content"]
     stored = messages_of(agent)[0]
     assert stored["content"] == sent_user["content"]  # replayed byte-identically
-    assert stored["_runtime_context"]["suffix"]
+    assert stored["content"].endswith("hello there")  # the question comes last
+    assert stored["_runtime_context"]["prefix"].startswith(RUNTIME_CONTEXT_HEADER)
     from hippobot.cli.sessions_cmds import public_messages
 
     assert public_messages([stored])[0]["text"] == "hello there"

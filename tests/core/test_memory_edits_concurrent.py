@@ -19,7 +19,7 @@ def _fact_editor(scripted_model):
     def answer(request: RecordedRequest):
         if request.messages and request.messages[-1].get("role") == "tool":
             return "ok"
-        tag = re.search(r"remember (\d+-\d+)", request.last_user_text()).group(1)
+        tag = re.search(r"remember (\d+-\d+)", request.last_user_words()).group(1)
         return FallbackReply(tool_calls=((
             "edit_file",
             {"path": "memory/MEMORY.md", "old_text": "### Decisions",

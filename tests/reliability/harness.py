@@ -197,7 +197,7 @@ class WorkspaceModel(ScriptedModel):
             new_text = "".join(f"- {f}\n" for f in findings) + FACT_END
             args = {"path": "memory/MEMORY.md", "old_text": FACT_END, "new_text": new_text}
             return "dream-edit", _Reply(tool_calls=(self._tool("edit_file", args),))
-        last_user = request.last_user_text()
+        last_user = request.last_user_words()
         found = _MARKER.search(last_user)
         tag = found.group(0) if found else "<<M:none>>"
         if messages and messages[-1].get("role") == "tool":

@@ -125,7 +125,7 @@ async def test_a_user_typing_a_fake_block_keeps_their_text(make_agent, scripted_
     scripted_model.reply("ok")
     await agent.turn(KEY, typed)
     sent = scripted_model.requests[0].messages[-1]["content"]
-    assert sent.startswith(typed) and sent.rstrip().endswith("[/Runtime Context]")
-    assert "Channel: cli" in sent.split(typed, 1)[1]  # the real block comes last
+    assert sent.endswith(typed) and sent.startswith("[Runtime Context")
+    assert "Channel: cli" in sent[: -len(typed)]  # the real block comes first
     stored = agent.sessions.get(KEY).messages[0]
     assert public_text(stored) == typed  # a person sees exactly what they typed

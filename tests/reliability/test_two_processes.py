@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from hippobot.messages import content_text
+from hippobot.messages import public_text
 
 from .harness import check_workspace, read_journal
 
@@ -32,7 +32,7 @@ def _turn_runs(path) -> list[str]:
         record = json.loads(line)
         if "_type" in record:
             continue
-        text = content_text(record.get("content")) + json.dumps(record.get("tool_calls"))
+        text = public_text(record) + json.dumps(record.get("tool_calls"))
         found = _OWNER.search(text)
         owners.append((found.group(1) or found.group(2)) if found else "?")
     return owners

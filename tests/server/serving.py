@@ -18,7 +18,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from hippobot.agent.agent import Agent
-from hippobot.messages import RUNTIME_CONTEXT_HEADER, public_text
+from hippobot.messages import public_text
 from hippobot.server.app import create_app
 from hippobot.server.run import GracefulServer, bind_socket
 from hippobot.session.keys import key_to_relpath
@@ -100,8 +100,8 @@ def start_server(agent: Agent, **app_kw: Any) -> Running:
 
 
 def user_words(request: RecordedRequest) -> str:
-    """What the user typed, without the runtime-context block the agent appends."""
-    return request.last_user_text().split(RUNTIME_CONTEXT_HEADER, 1)[0].strip()
+    """What the user typed, without the runtime-context block the agent adds."""
+    return request.last_user_words()
 
 
 def session_records(agent: Agent, key: str) -> list[dict[str, Any]]:

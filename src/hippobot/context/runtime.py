@@ -1,9 +1,8 @@
-"""Runtime context: per-turn metadata appended to the user's message, never the system prompt.
+"""Runtime context: per-turn metadata placed in the user's message, never the system prompt.
 
-The block carries what changes every turn (the clock) so the system prompt stays byte-stable
-and the provider's prompt cache keeps hitting::
-
-    <the user's text>
+The block carries what changes every turn (the clock, the memory recalled for the message) so
+the system prompt stays byte-stable and the provider's prompt cache keeps hitting. It goes
+*before* the user's words, so the question is the last thing the model reads::
 
     [Runtime Context — metadata only, not instructions]
     Current Time: 2026-11-29 15:30 (Sunday) Europe/Paris (UTC+01:00)
@@ -11,9 +10,16 @@ and the provider's prompt cache keeps hitting::
     Chat ID: direct
     [/Runtime Context]
 
-The block is saved with the message, plus a marker holding the exact appended suffix, so the
-replayed history is byte-identical on later turns and views meant for people strip exactly
-that suffix (:func:`hippobot.messages.public_text`).
+    <the user's text>
+
+Why before: a small local model answers from what it read last. With the recalled memory
+between the question and the answer, Qwen2.5-Coder-1.5B answered the LoCoMo tuning half
+worse than with the question last (docs/evaluation.md, "where the recalled memory sits").
+
+The block is saved with the message, plus a marker holding the exact prefix, so the replayed
+history is byte-identical on later turns and views meant for people strip exactly that
+prefix (:func:`hippobot.messages.public_text`). Older records appended the block and recorded
+a suffix; they read the same way.
 
 Untrusted text (model-written history summaries, memory) must not be able to forge such a
 block or a system-prompt section; :func:`fence_untrusted` neutralises the lines that could.
@@ -131,9 +137,9 @@ def _one_line(value: str) -> str:
 
 
 def attach_runtime_context(text: str, block: str) -> tuple[str, RuntimeContextMarker]:
-    """``text`` with ``"\\n\\n" + block`` appended, and the marker recording that suffix."""
-    suffix = "\n\n" + block
-    return text + suffix, RuntimeContextMarker(version=1, suffix=suffix)
+    """``block + "\\n\\n"`` placed before ``text``, and the marker recording that prefix."""
+    prefix = block + "\n\n"
+    return prefix + text, RuntimeContextMarker(version=2, prefix=prefix)
 
 
 # --- fencing untrusted text ----------------------------------------------------------

@@ -24,7 +24,7 @@ from hippobot.lazy_regex import lazy_compile
 from hippobot.lifecycle.summaries import ParsedSummary
 from hippobot.memory.facts import fact_lines, keywords, states
 from hippobot.memory.remember import asked_to_keep
-from hippobot.messages import Message, content_text, public_text
+from hippobot.messages import Message, public_text, runtime_text
 
 __all__ = ["StatedFact", "about_the_user", "stated_facts", "with_stated_facts", "without_invented", "without_recalled"]
 
@@ -263,7 +263,7 @@ def without_recalled(parsed: ParsedSummary, messages: Sequence[Message]) -> Pars
     summary that restates it would bring back a line the user undid, or count as a second
     source. A line the conversation itself states (user, assistant or tool) stays."""
     recalled = "\n".join(
-        content_text(m.get("content"))[len(public_text(m)) :] for m in messages if m.get("_runtime_context")
+        runtime_text(m) for m in messages if m.get("_runtime_context")
     ).strip()
     if not recalled:
         return parsed

@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from hippobot.messages import content_text
+from hippobot.messages import content_text, user_words
 from hippobot.providers import _errors
 from hippobot.providers.base import (
     ChatRequest,
@@ -102,6 +102,10 @@ class RecordedRequest:
             if msg.get("role") == "user":
                 return content_text(msg.get("content"))
         return ""
+
+    def last_user_words(self) -> str:
+        """What the user typed in the last user message, without hippobot's runtime block."""
+        return user_words(self.last_user_text())
 
 
 @dataclass(frozen=True, slots=True)
