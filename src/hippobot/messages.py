@@ -96,8 +96,8 @@ class RuntimeContextMarker(TypedDict):
     """The exact runtime-context text around a user's words, so views can strip it.
 
     Version 2 (written now) records the ``prefix``: the block placed before the user's text,
-    so the question is the last thing the model reads. Version 1 (older sessions, nanobot
-    imports) recorded the appended ``suffix``; both stay readable."""
+    so the question is the last thing the model reads. Version 1 (sessions written before
+    2026-12-07) recorded the appended ``suffix``; both stay readable."""
 
     version: int
     prefix: NotRequired[str]
