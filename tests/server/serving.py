@@ -22,7 +22,6 @@ from hippobot.messages import public_text
 from hippobot.server.app import create_app
 from hippobot.server.run import GracefulServer, bind_socket
 from hippobot.session.keys import key_to_relpath
-from hippobot.testing.scripted import RecordedRequest
 
 # httpx and the SDK read the certificate store for every client they build (~50 ms of CPU),
 # though these servers speak plain HTTP: the tests' clients share one context.
@@ -98,10 +97,6 @@ def start_server(agent: Agent, **app_kw: Any) -> Running:
         time.sleep(0.01)
     return Running(agent, app, server, thread, sock.getsockname()[1])
 
-
-def user_words(request: RecordedRequest) -> str:
-    """What the user typed, without the runtime-context block the agent adds."""
-    return request.last_user_words()
 
 
 def session_records(agent: Agent, key: str) -> list[dict[str, Any]]:

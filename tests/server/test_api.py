@@ -9,7 +9,7 @@ import threading
 import openai
 import pytest
 
-from .serving import session_messages, user_words, wait_for
+from .serving import session_messages, wait_for
 
 
 def test_two_turns_are_remembered_by_the_server(serve, scripted_model):
@@ -128,7 +128,7 @@ def test_two_sessions_do_not_see_each_other(serve, scripted_model):
 
 async def test_fifty_concurrent_requests_across_ten_sessions_lose_nothing(serve, scripted_model, aclient):
     srv = serve()
-    scripted_model.fallback = lambda req: f"echo: {user_words(req)}"
+    scripted_model.fallback = lambda req: f"echo: {req.last_user_words()}"
     client = aclient(srv)
 
     async def ask(session: int, n: int) -> tuple[str, str]:
@@ -167,7 +167,7 @@ async def test_a_slow_model_call_does_not_block_other_sessions(serve, make_agent
     release = threading.Event()
 
     def answer(req):
-        if "slow" in user_words(req):
+        if "slow" in req.last_user_words():
             release.wait(20)
             return "finally"
         return "quick"

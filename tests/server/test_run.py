@@ -11,7 +11,7 @@ from hippobot.errors import UserError
 from hippobot.server.run import bind_socket, resolve_bind
 from hippobot.testing.process import spawn_serve
 
-from .serving import session_messages, user_words
+from .serving import session_messages
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_a_port_in_use_is_a_clear_error():
 
 def test_the_real_process_serves_and_stops_on_sigterm(make_agent, scripted_server, scripted_model):
     agent = make_agent()  # an onboarded workspace in this test's HIPPOBOT_HOME
-    scripted_model.fallback = lambda req: f"heard: {user_words(req)}"
+    scripted_model.fallback = lambda req: f"heard: {req.last_user_words()}"
     served = spawn_serve(agent.settings.home, scripted_server.base_url, "--host", "0.0.0.0")
     try:
         url = served.wait_line(r"listening on (http://127\.0\.0\.1:\d+/v1)").group(1)

@@ -20,8 +20,6 @@ import openai
 
 from hippobot.testing.process import spawn_serve
 
-from .serving import user_words
-
 STALLED = b"GET / HTTP/1.1\r\nHost: x\r\n"
 FD_LIMIT = 256
 CLIENTS = 300  # more than the server has descriptors
@@ -65,9 +63,9 @@ def test_stalled_connections_are_bounded_timed_out_and_do_not_block_sigterm(
     path = agent.settings.config_path
     path.write_text(path.read_text().replace('"serve": {', '"serve": {"headerTimeout": 1,', 1))
     def answer(req):
-        if user_words(req) == "slow":
+        if req.last_user_words() == "slow":
             time.sleep(2.5)  # longer than the header timeout: a turn is never cut by it
-        return f"still here: {user_words(req)}"
+        return f"still here: {req.last_user_words()}"
 
     scripted_model.fallback = answer
     served = spawn_serve(agent.settings.home, scripted_server.base_url, preexec_fn=low_fd_limit)

@@ -9,7 +9,7 @@ import pytest
 
 from hippobot.agent.agent import Agent
 
-from .serving import session_messages, session_records, user_words, wait_for
+from .serving import session_messages, session_records, wait_for
 
 
 def ask_in_background(client: openai.OpenAI, text: str, outcome: dict) -> threading.Thread:
@@ -44,7 +44,7 @@ def test_shutdown_abandons_a_hanging_turn_and_keeps_the_message(serve, scripted_
     assert session_messages(srv.agent, "api:long") == [("user", "Remember the milk.")]
 
     # After a restart the conversation continues from the saved message.
-    scripted_model.fallback = lambda req: f"seen: {user_words(req)}"
+    scripted_model.fallback = lambda req: f"seen: {req.last_user_words()}"
     restarted = serve(agent=Agent(srv.agent.settings))
     again = restarted.client().chat.completions.create(
         model="hippobot", user="long", messages=[{"role": "user", "content": "Did you get it?"}]

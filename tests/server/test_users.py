@@ -11,7 +11,7 @@ from hippobot.agent.agent import Agent
 from hippobot.errors import UserError
 from hippobot.server.app import create_app
 
-from .serving import session_messages, user_words
+from .serving import session_messages
 
 OWNER_KEY = "owner-key-0123456789"
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
@@ -65,7 +65,7 @@ def test_alice_and_bob_with_the_same_session_id_see_only_their_own(shared, scrip
     assert answer.choices[0].message.content == "I cannot see that."
     bobs_calls = scripted_model.requests[2:]
     assert all("4711" not in json.dumps(r.messages) for r in bobs_calls)
-    assert user_words(bobs_calls[0]) == "What is Alice's locker code?"
+    assert bobs_calls[0].last_user_words() == "What is Alice's locker code?"
     assert workspace_of(srv, "alice") == (srv.agent.settings.home / "users" / "alice").resolve()
     assert workspace_of(srv, "bob") == (tmp_path / "bobs-place").resolve()
     alice_ws, bob_ws = agent_of(srv, "alice"), agent_of(srv, "bob")

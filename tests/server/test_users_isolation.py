@@ -17,8 +17,6 @@ import shutil
 import httpx
 import pytest
 
-from .serving import user_words
-
 OWNER_KEY = "owner-key-0123456789"
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
 PROVIDER_KEY = "sk-ant-provider-secret-0123456789abcdef"
@@ -154,7 +152,7 @@ def test_without_a_sandbox_users_get_no_exec_unless_the_owner_allows_it(
         srv.client(api_key=key).chat.completions.create(
             model="hippobot", messages=[{"role": "user", "content": "which tools?"}])
         request = scripted_model.requests[-1]
-        assert user_words(request) == "which tools?"
+        assert request.last_user_words() == "which tools?"
         return [t["function"]["name"] for t in request.tools]
 
     assert ("exec" in tools_for(ALICE)) is allowed
